@@ -1,0 +1,24 @@
+# The two commands of the README: `make demo` and `make test`. Both bootstrap what they need.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: bootstrap test lint typecheck unit demo bench clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+lint: bootstrap
+	$(VENV)/bin/ruff check src plpython tests
+	$(VENV)/bin/ruff format --check src plpython tests
+
+typecheck: bootstrap
+	$(VENV)/bin/mypy
+
+test: bootstrap lint typecheck
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: bootstrap
+	$(VENV)/bin/aidb-memory demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build

@@ -1,0 +1,142 @@
+"""Validation of namespace names, model specs and namespace config. Pure Python."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aidb_memory_server.errors import ApiError, invalid, required
+
+NAMESPACE_NAME_MAX = 128
+NAMESPACE_STATES = ("ACTIVE", "INACTIVE")
+MODEL_SPEC_KEYS = ("llm", "embedding")
+
+# Every config key, its default and its validator. Documented in docs/reference.md.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "max_turn_chars": 100_000,
+    "max_turns_per_add": 1_000,
+    "max_identifier_chars": 255,
+    "llm_timeout_s": 30,
+    "compaction_min_target_chars": 200,
+    "extraction": True,
+    "actor_binding": "none",
+}
+ACTOR_BINDINGS = ("none", "session_user")
+_INT_LIMITS: dict[str, tuple[int, int]] = {
+    "max_turn_chars": (1, 10_000_000),
+    "max_turns_per_add": (1, 100_000),
+    "max_identifier_chars": (1, 4_096),
+    "llm_timeout_s": (1, 3_600),
+    "compaction_min_target_chars": (1, 1_000_000),
+}
+
+
+def _has_control_chars(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def namespace_name(function: str, name: str | None) -> str:
+    """A namespace name: required, 1 to 128 characters, no control characters."""
+    if name is None:
+        raise required(function, "name")
+    if not name or name != name.strip():
+        raise invalid(function, "name", "must be non-empty and have no surrounding spaces")
+    if len(name) > NAMESPACE_NAME_MAX:
+        raise invalid(function, "name", f"is longer than {NAMESPACE_NAME_MAX} characters")
+    if _has_control_chars(name):
+        raise invalid(function, "name", "must not contain control characters")
+    return name
+
+
+def json_object(function: str, field: str, text: str | None) -> dict[str, Any]:
+    """Parse a jsonb argument (received as text) that must be an object; NULL reads as {}."""
+    if text is None:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise invalid(function, field, f"must be a JSON object, not {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "null" if value is None else "an object"
+
+
+def model_spec(function: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"llm": name, "embedding": name}``, both optional; unknown keys refused."""
+    for key, value in spec.items():
+        if key not in MODEL_SPEC_KEYS:
+            raise invalid(
+                function,
+                f"model_spec.{key}",
+                "is not a known key",
+                hint="model_spec accepts: " + ", ".join(MODEL_SPEC_KEYS),
+            )
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise invalid(function, f"model_spec.{key}", "must be a model name (a non-empty string)")
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Validate namespace config keys and types; unknown keys refused so typos surface."""
+    for key, value in cfg.items():
+        if key not in CONFIG_DEFAULTS:
+            raise invalid(
+                function,
+                f"config.{key}",
+                "is not a known key",
+                hint="config accepts: " + ", ".join(CONFIG_DEFAULTS),
+            )
+        field = f"config.{key}"
+        if key in _INT_LIMITS:
+            lo, hi = _INT_LIMITS[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise invalid(function, field, "must be an integer")
+            if not lo <= value <= hi:
+                raise invalid(function, field, f"must be between {lo} and {hi}")
+        elif key == "extraction":
+            if not isinstance(value, bool):
+                raise invalid(function, field, "must be true or false")
+        elif key == "actor_binding" and value not in ACTOR_BINDINGS:
+            raise invalid(function, field, "must be one of: " + ", ".join(ACTOR_BINDINGS))
+    return cfg
+
+
+def effective_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The namespace's config with every default filled in."""
+    return {**CONFIG_DEFAULTS, **cfg}
+
+
+def merge(current: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Apply ``changes`` to ``current``; a key set to JSON null goes back to its default."""
+    merged = dict(current)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def state(function: str, value: str) -> str:
+    """A namespace state: ACTIVE or INACTIVE (case-insensitive on input)."""
+    upper = value.upper()
+    if upper not in NAMESPACE_STATES:
+        raise invalid(function, "state", "must be ACTIVE or INACTIVE")
+    return upper
+
+
+def parse_json(function: str, field: str, text: str) -> Any:
+    """Parse JSON text from a jsonb argument (PostgreSQL already checked its syntax)."""
+    try:
+        return json.loads(text)
+    except ValueError as e:  # only reachable when called with text that is not from jsonb
+        raise ApiError("22023", f"aidb_memory.{function}: {field} is not valid JSON: {e}") from e

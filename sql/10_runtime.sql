@@ -1,0 +1,44 @@
+-- Functions about the installation itself.
+
+CREATE OR REPLACE FUNCTION aidb_memory.version()
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT value FROM aidb_memory.runtime_settings WHERE key = 'version'
+$$;
+COMMENT ON FUNCTION aidb_memory.version() IS
+'The aidb_memory package version installed in this database.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.runtime_info()
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ introspection.runtime_info $py$;
+COMMENT ON FUNCTION aidb_memory.runtime_info() IS
+'Admin: the code generation loaded in this connection, the server''s Python version and the '
+'directory its third-party packages come from. Returns jsonb.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.catalog_fingerprint()
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- What `aidb-memory verify` compares with the value recorded at install: every function's
+    -- definition and privileges, every view's definition and every relation's privileges.
+    SELECT md5(coalesce(string_agg(item, E'\n' ORDER BY item), ''))
+    FROM (
+        SELECT 'f ' || pg_get_functiondef(p.oid) || coalesce(p.proacl::text, '')
+               || coalesce(obj_description(p.oid, 'pg_proc'), '') AS item
+        FROM pg_proc p
+        WHERE p.pronamespace = 'aidb_memory'::regnamespace
+        UNION ALL
+        SELECT 'r ' || c.relname || ' ' || c.relkind::text || coalesce(c.relacl::text, '')
+               || CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) ELSE '' END
+        FROM pg_class c
+        WHERE c.relnamespace = 'aidb_memory'::regnamespace AND c.relkind IN ('r', 'v', 'p', 'S')
+    ) items
+$$;
+COMMENT ON FUNCTION aidb_memory.catalog_fingerprint() IS
+'Admin: a checksum of the schema''s functions, views and privileges, recorded at install and '
+'compared by `aidb-memory verify` to detect hand edits (drift).';

@@ -1,0 +1,44 @@
+-- Namespaces (SPEC §2): created and changed by admins, listed by everyone.
+
+CREATE OR REPLACE FUNCTION aidb_memory.init(
+    name text,
+    model_spec jsonb DEFAULT '{}'::jsonb,
+    config jsonb DEFAULT '{}'::jsonb
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ namespaces.init $py$;
+COMMENT ON FUNCTION aidb_memory.init(text, jsonb, jsonb) IS
+'Admin: create namespace `name` and return its id. Calling it again with an existing name returns '
+'the existing id and changes nothing. model_spec: {"llm": model, "embedding": model}; config: '
+'see docs/reference.md. Errors: 22004 NULL name, 22023 bad name, model_spec or config.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_update(
+    name text,
+    model_spec jsonb DEFAULT NULL,
+    config jsonb DEFAULT NULL,
+    state text DEFAULT NULL
+)
+RETURNS TABLE (
+    id bigint,
+    name text,
+    model_spec jsonb,
+    config jsonb,
+    state text,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ namespaces.namespace_update $py$;
+COMMENT ON FUNCTION aidb_memory.namespace_update(text, jsonb, jsonb, text) IS
+'Admin: change a namespace. model_spec and config are merged into the current values (a key set '
+'to null returns to its default); state is ACTIVE or INACTIVE. NULL arguments leave that part '
+'unchanged. Returns the updated row. Errors: 42704 unknown namespace, 22023 bad values.';
+
+CREATE OR REPLACE VIEW aidb_memory.namespaces AS
+SELECT id, name, model_spec, config, state, created_at, updated_at
+FROM aidb_memory.namespace;
+COMMENT ON VIEW aidb_memory.namespaces IS
+'Every namespace with its model_spec, config and state (ACTIVE or INACTIVE).';

@@ -1,0 +1,21 @@
+-- SPEC §6: nothing for PUBLIC; API roles get EXECUTE on the functions meant for them and no
+-- privilege on any table. Re-applied on every install, so it covers every function.
+
+REVOKE ALL ON SCHEMA aidb_memory FROM PUBLIC;
+GRANT USAGE ON SCHEMA aidb_memory TO aidb_users, aidb_admins, aidb_workers;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
+
+-- Everyone who uses aidb_memory.
+GRANT EXECUTE ON FUNCTION aidb_memory.version() TO aidb_users, aidb_workers;
+GRANT SELECT ON aidb_memory.namespaces TO aidb_users, aidb_workers;
+
+-- Admins (aidb_admins is also a member of aidb_users).
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.init(text, jsonb, jsonb),
+    aidb_memory.namespace_update(text, jsonb, jsonb, text),
+    aidb_memory.runtime_info(),
+    aidb_memory.catalog_fingerprint()
+TO aidb_admins;

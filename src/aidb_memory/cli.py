@@ -1,0 +1,181 @@
+"""The ``aidb-memory`` command (SPEC §7). Exit 0 success, 1 failure, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aidb_memory import __version__
+from aidb_memory.connection import CliError, connect
+from aidb_memory.migrations import SqlSourceError
+from aidb_memory.sources import SourceTree, default_tree
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _package(args: argparse.Namespace) -> Any:
+    from aidb_memory.installer import Package
+
+    tree = SourceTree(Path(args.source)).check() if args.source else default_tree()
+    return Package.load(tree)
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from aidb_memory.installer import install
+
+    package = _package(args)
+    with connect(args.dsn) as conn:
+        install(conn, package, say=_say, dry_run=args.dry_run)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from aidb_memory.installer import compare, read_state
+
+    package = _package(args)
+    with connect(args.dsn) as conn:
+        state = read_state(conn)
+        report = compare(state, package)
+    result = {
+        "installed": state.installed,
+        "installed_version": state.version,
+        "package_version": __version__,
+        "applied": report.applied,
+        "pending": report.pending,
+        "drift": report.problems,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"package version:   {__version__}")
+    print(f"installed version: {state.version or 'not installed'}")
+    print(f"applied migrations ({len(report.applied)}): {', '.join(report.applied) or 'none'}")
+    print(f"pending migrations ({len(report.pending)}): {', '.join(report.pending) or 'none'}")
+    if report.problems:
+        print("drift:")
+        for p in report.problems:
+            print(f"  - {p}")
+    else:
+        print("drift: none")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from aidb_memory.script import render
+
+    sys.stdout.write(render(_package(args).steps()))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from aidb_memory.installer import compare, read_state
+
+    package = _package(args)
+    with connect(args.dsn) as conn:
+        state = read_state(conn)
+    if not state.installed:
+        print("aidb-memory: aidb_memory is not installed in this database", file=sys.stderr)
+        return 1
+    report = compare(state, package)
+    problems = report.problems + [f"migration {n} is not applied" for n in report.pending]
+    if problems:
+        for p in problems:
+            print(f"drift: {p}", file=sys.stderr)
+        return 1
+    print(f"ok: version {__version__}, {len(report.applied)} migrations, code and catalog as installed")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from aidb_memory.installer import uninstall
+
+    if not args.yes:
+        print(
+            "aidb-memory: uninstall erases every session and memory in this database; "
+            "run `aidb-memory uninstall --yes` to confirm",
+            file=sys.stderr,
+        )
+        return 1
+    with connect(args.dsn) as conn:
+        uninstall(conn, say=_say)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from aidb_memory import doctor
+
+    with connect(args.dsn, autocommit=True) as conn:
+        checks = doctor.run(conn)
+    for check in checks:
+        print(check.line())
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_deps(args: argparse.Namespace) -> int:
+    from aidb_memory import deps
+
+    with connect(args.dsn, autocommit=True) as conn:
+        deps.run(conn, python=args.python, target=Path(args.target) if args.target else None, say=_say)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from aidb_memory import demo
+
+    return demo.main()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aidb-memory",
+        description="Install, upgrade and check aidb_memory, agent memory inside PostgreSQL.",
+    )
+    parser.add_argument("--version", action="version", version=f"aidb-memory {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", help="connection string (default: $DATABASE_URL, else libpq's PG* variables)")
+    common.add_argument("--source", help=argparse.SUPPRESS)  # developers: install from another tree
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("install", parents=[common], help="install, or upgrade to this version")
+    p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
+    p.set_defaults(func=cmd_install)
+    p = sub.add_parser("status", parents=[common], help="installed version, migrations, drift")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("sql", parents=[common], help="the install/upgrade script, for psql -f")
+    p.set_defaults(func=cmd_sql)
+    p = sub.add_parser("verify", parents=[common], help="exit 1 if the database drifted from this package")
+    p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("uninstall", parents=[common], help="remove the schema and what install created")
+    p.add_argument("--yes", action="store_true", help="confirm: every session and memory is erased")
+    p.set_defaults(func=cmd_uninstall)
+    p = sub.add_parser("doctor", parents=[common], help="check the server: plpython3u, its Python, openai")
+    p.set_defaults(func=cmd_doctor)
+    p = sub.add_parser("deps", parents=[common], help="install the server's Python packages (openai)")
+    p.add_argument("--python", help="the server's interpreter (default: fetch wheels for its version)")
+    p.add_argument("--target", help="directory for the packages (default: /var/lib/aidb_memory/pythonX.Y)")
+    p.set_defaults(func=cmd_deps)
+    p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CliError, SqlSourceError, FileNotFoundError) as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("aidb-memory: interrupted", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

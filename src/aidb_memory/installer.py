@@ -1,0 +1,188 @@
+"""install, status, verify and uninstall against one database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+
+from aidb_memory import __version__
+from aidb_memory.codebundle import CodeBundle, load_bundle
+from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
+from aidb_memory.migrations import Migration, load_migrations
+from aidb_memory.script import NOTICE_PREFIX, SCHEMA, Step, build
+from aidb_memory.sources import SourceTree, default_tree
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+ROLES = ("aidb_users", "aidb_admins", "aidb_workers")
+
+
+@dataclass(frozen=True)
+class Package:
+    """What this package would install: migrations and the idempotent code bundle."""
+
+    migrations: list[Migration]
+    bundle: CodeBundle
+
+    @classmethod
+    def load(cls, tree: SourceTree | None = None) -> Package:
+        tree = tree or default_tree()
+        return cls(load_migrations(tree.migrations_dir), load_bundle(tree))
+
+    def steps(self) -> list[Step]:
+        return build(self.migrations, self.bundle)
+
+
+@dataclass
+class State:
+    """What a database has installed, read without changing anything."""
+
+    installed: bool
+    version: str | None = None
+    applied: dict[str, str] = field(default_factory=dict)  # name -> checksum
+    settings: dict[str, str] = field(default_factory=dict)
+    catalog_fingerprint: str | None = None
+
+
+def read_state(conn: Connection) -> State:
+    """Read the installed state; a database without the schema reads as not installed."""
+    exists = conn.execute(
+        "SELECT to_regclass('aidb_memory.schema_migrations') IS NOT NULL, "
+        "to_regclass('aidb_memory.runtime_settings') IS NOT NULL"
+    ).fetchone()
+    if not exists or not exists[0]:
+        return State(installed=False)
+    applied = dict(conn.execute("SELECT name, checksum FROM aidb_memory.schema_migrations").fetchall())
+    settings: dict[str, str] = {}
+    if exists[1]:
+        settings = dict(conn.execute("SELECT key, value FROM aidb_memory.runtime_settings").fetchall())
+    fingerprint = None
+    has_fn = conn.execute("SELECT to_regprocedure('aidb_memory.catalog_fingerprint()') IS NOT NULL").fetchone()
+    if has_fn and has_fn[0]:
+        row = conn.execute("SELECT aidb_memory.catalog_fingerprint()").fetchone()
+        fingerprint = row[0] if row else None
+    return State(True, settings.get("version"), applied, settings, fingerprint)
+
+
+@dataclass
+class Report:
+    """How the database compares with the package."""
+
+    applied: list[str]
+    pending: list[str]
+    problems: list[str]
+    code_current: bool
+
+
+def compare(state: State, package: Package) -> Report:
+    """Applied and pending migrations, and every kind of drift, in words."""
+    known = {m.name: m for m in package.migrations}
+    problems = []
+    for name, checksum in sorted(state.applied.items()):
+        if name not in known:
+            problems.append(f"migration {name} is applied but unknown to this package ({__version__})")
+        elif known[name].checksum != checksum:
+            problems.append(f"migration {name}.sql was edited after it was applied")
+    pending = [m.name for m in package.migrations if m.name not in state.applied]
+    code_current = state.installed and state.settings.get("code_checksum") == package.bundle.checksum
+    if state.installed:
+        recorded = state.settings.get("catalog_fingerprint")
+        if recorded is None or recorded != state.catalog_fingerprint:
+            problems.append(
+                "installed functions, views or privileges differ from what install recorded "
+                "(changed by hand?); `aidb-memory install` restores them"
+            )
+        if not code_current:
+            problems.append(
+                f"installed code is version {state.version or 'unknown'}, not this package's "
+                f"{__version__} (generation {package.bundle.generation}); run `aidb-memory install`"
+            )
+    applied = [n for n in sorted(state.applied) if n in known]
+    return Report(applied, pending, problems, code_current)
+
+
+def preflight(conn: Connection) -> None:
+    require_superuser(conn, "install")
+    require_plpython(conn)
+
+
+def install(
+    conn: Connection, package: Package, *, say: Callable[[str], None], dry_run: bool = False
+) -> None:
+    """Install or upgrade in one transaction; ``say`` receives one line per thing done."""
+    preflight(conn)
+    if dry_run:
+        _dry_run(conn, package, say)
+        conn.rollback()
+        return
+    # The checks above opened a read-only transaction; the install must be a transaction of its
+    # own (not a savepoint in the caller's), so that its lock and its changes end together.
+    conn.rollback()
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith(NOTICE_PREFIX):
+            say(message[len(NOTICE_PREFIX) :])
+
+    conn.add_notice_handler(on_notice)
+    try:
+        with conn.transaction():
+            for step in package.steps():
+                try:
+                    conn.execute(step.sql.encode())
+                except psycopg.Error as e:
+                    raise CliError(f"aidb-memory: install failed at {step.what}: {first_line(e)}") from e
+    finally:
+        conn.remove_notice_handler(on_notice)
+
+
+def _dry_run(conn: Connection, package: Package, say: Callable[[str], None]) -> None:
+    state = read_state(conn)
+    report = compare(state, package)
+    for problem in report.problems:
+        if "edited" in problem or "unknown to this package" in problem:
+            raise CliError(f"aidb-memory: {problem}")
+    say("dry run: nothing will be changed")
+    if not state.installed:
+        say(f"would create schema {SCHEMA} and the installer's tables")
+    for name in report.applied:
+        say(f"migration {name} skipped (already applied)")
+    for name in report.pending:
+        say(f"would apply migration {name}")
+    if report.code_current and state.catalog_fingerprint == state.settings.get("catalog_fingerprint"):
+        say(f"code is up to date (version {__version__}, generation {package.bundle.generation})")
+    else:
+        b = package.bundle
+        say(f"would store {len(b.modules)} server-side modules (generation {b.generation})")
+        for f in b.sql_files:
+            say(f"would apply sql/{f.name}")
+        say(f"would record version {__version__}")
+
+
+def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
+    """Drop the schema, then the roles and plpython3u where nothing else uses them."""
+    require_superuser(conn, "uninstall")
+    with conn.transaction():
+        state = read_state(conn)
+        created_plpython = state.settings.get("created_plpython3u") == "true"
+        conn.execute("DROP SCHEMA IF EXISTS aidb_memory CASCADE")
+        say("dropped schema aidb_memory and everything in it")
+        if created_plpython:
+            _drop_if_unused(conn, say, "EXTENSION", "plpython3u")
+        for role in ROLES:
+            exists = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if exists:
+                _drop_if_unused(conn, say, "ROLE", role)
+
+
+def _drop_if_unused(conn: Connection, say: Callable[[str], None], kind: str, name: str) -> None:
+    statement = pgsql.SQL("DROP {} {}").format(pgsql.SQL(kind), pgsql.Identifier(name))
+    try:
+        with conn.transaction():
+            conn.execute(statement)
+        say(f"dropped {kind.lower()} {name}")
+    except psycopg.errors.DependentObjectsStillReferenced as e:
+        say(f"kept {kind.lower()} {name}: still used ({first_line(e)})")

@@ -1,0 +1,239 @@
+"""The install/upgrade script: one list of steps that ``install`` executes and ``sql`` prints.
+
+Every step is safe to run against any state of the database: migrations are guarded by the
+``schema_migrations`` table, the idempotent part by the recorded code checksum, and the whole
+script runs in one transaction under an advisory lock. ``install`` and ``psql -f`` of ``sql``
+therefore reach the same catalog state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aidb_memory import __version__
+from aidb_memory.codebundle import CodeBundle
+from aidb_memory.migrations import Migration
+
+SCHEMA = "aidb_memory"
+# Arbitrary but fixed: every installer of any version takes the same lock.
+INSTALL_LOCK_KEY = 7_460_231_986_145_512_113
+NOTICE_PREFIX = "aidb_memory: "
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of the script, with what it is for (shown on failure)."""
+
+    what: str
+    sql: str
+
+
+def literal(text: str) -> str:
+    """A SQL string literal (standard_conforming_strings is on for the script)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _dollar_quote(body: str) -> str:
+    n = 0
+    while f"$aidb{n}$" in body:
+        n += 1
+    tag = f"$aidb{n}$"
+    return f"{tag}\n{body}\n{tag}"
+
+
+def do_block(body: str, declare: str = "") -> str:
+    """An anonymous PL/pgSQL block."""
+    decl = f"DECLARE\n{declare}\n" if declare else ""
+    block = decl + "BEGIN\n" + body + "\nEND"
+    return f"DO {_dollar_quote(block)}"
+
+
+def _notice(message: str, *args: str) -> str:
+    placeholders = "".join(f", {a}" for a in args)
+    return f"RAISE NOTICE {literal(NOTICE_PREFIX + message)}{placeholders};"
+
+
+def _executes(statements: Iterable[str]) -> str:
+    return "\n".join(f"    EXECUTE {literal(s)};" for s in statements)
+
+
+def preamble() -> list[Step]:
+    """Lock, prerequisites, the schema and the installer's own tables."""
+    return [
+        Step("session settings", "SET LOCAL standard_conforming_strings = on"),
+        Step("install lock", f"SELECT pg_catalog.pg_advisory_xact_lock({INSTALL_LOCK_KEY})"),
+        Step(
+            "superuser check",
+            do_block(
+                "IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN\n"
+                "    RAISE EXCEPTION 'aidb_memory: installing needs a superuser (plpython3u is "
+                "untrusted); % is not one', current_user;\nEND IF;"
+            ),
+        ),
+        Step("schema", f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"),
+        Step(
+            "installer tables",
+            f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations (
+    name            text PRIMARY KEY,
+    checksum        text NOT NULL,
+    package_version text NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+)""",
+        ),
+        Step(
+            "installer tables",
+            f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.runtime_modules (
+    name       text PRIMARY KEY,
+    is_package boolean NOT NULL,
+    source     text NOT NULL
+)""",
+        ),
+        Step(
+            "installer tables",
+            f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.runtime_settings (
+    key        text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+)""",
+        ),
+        Step(
+            "plpython3u",
+            do_block(
+                "IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'plpython3u') THEN\n"
+                "    CREATE EXTENSION plpython3u;\n"
+                f"    INSERT INTO {SCHEMA}.runtime_settings (key, value) "
+                "VALUES ('created_plpython3u', 'true') ON CONFLICT (key) DO NOTHING;\n"
+                f"    {_notice('created extension plpython3u')}\n"
+                "END IF;"
+            ),
+        ),
+    ]
+
+
+def migration_steps(migrations: list[Migration]) -> list[Step]:
+    """Refuse edited or unknown migrations, then apply the pending ones in order."""
+    known = ", ".join(f"({literal(m.name)}, {literal(m.checksum)})" for m in migrations) or "(NULL, NULL)"
+    check = do_block(
+        f"""FOR r IN
+    SELECT a.name, a.checksum AS applied, k.checksum AS expected
+    FROM {SCHEMA}.schema_migrations a
+    LEFT JOIN (VALUES {known}) AS k(name, checksum) ON k.name = a.name
+    ORDER BY a.name
+LOOP
+    IF r.expected IS NULL THEN
+        RAISE EXCEPTION 'aidb_memory: migration % is applied in this database but unknown to this package (version {__version__})', r.name
+            USING HINT = 'install a newer aidb-memory package; never downgrade';
+    ELSIF r.expected <> r.applied THEN
+        RAISE EXCEPTION 'aidb_memory: migration %.sql was edited after it was applied', r.name
+            USING HINT = 'restore the file as it was applied and add a new migration for the change';
+    END IF;
+END LOOP;""",
+        declare="    r record;",
+    )
+    steps = [Step("migration checksums", check)]
+    for m in migrations:
+        body = f"""IF EXISTS (SELECT 1 FROM {SCHEMA}.schema_migrations WHERE name = {literal(m.name)}) THEN
+    {_notice(f'migration {m.name} skipped (already applied)')}
+ELSE
+{_executes(m.statements)}
+    INSERT INTO {SCHEMA}.schema_migrations (name, checksum, package_version)
+    VALUES ({literal(m.name)}, {literal(m.checksum)}, {literal(__version__)});
+    {_notice(f'migration {m.name} applied')}
+END IF;"""
+        steps.append(Step(f"migrations/{m.name}.sql", do_block(body)))
+    return steps
+
+
+_CODE_FLAG = "current_setting('aidb_memory.install_code', true) = 'on'"
+
+
+def code_steps(bundle: CodeBundle) -> list[Step]:
+    """Re-apply modules and sql/ unless the recorded code and catalog are already this package's."""
+    decide = do_block(
+        f"""SELECT value INTO recorded FROM {SCHEMA}.runtime_settings WHERE key = 'code_checksum';
+SELECT value INTO fingerprint FROM {SCHEMA}.runtime_settings WHERE key = 'catalog_fingerprint';
+IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)}
+   AND to_regprocedure('{SCHEMA}.catalog_fingerprint()') IS NOT NULL THEN
+    -- Dynamic, because the function does not exist before the first install.
+    EXECUTE 'SELECT {SCHEMA}.catalog_fingerprint()' INTO current;
+END IF;
+IF current IS NOT NULL AND current = fingerprint THEN
+    PERFORM set_config('aidb_memory.install_code', 'off', true);
+    {_notice(f'code is up to date (version {__version__}, generation {bundle.generation})')}
+ELSE
+    PERFORM set_config('aidb_memory.install_code', 'on', true);
+END IF;""",
+        declare="    recorded text;\n    fingerprint text;\n    current text;",
+    )
+    steps = [Step("code checksum", decide)]
+    names = ", ".join(literal(m.name) for m in bundle.modules)
+    upserts = "\n".join(
+        f"    INSERT INTO {SCHEMA}.runtime_modules (name, is_package, source) VALUES "
+        f"({literal(m.name)}, {str(m.is_package).lower()}, {literal(m.source)})\n"
+        "    ON CONFLICT (name) DO UPDATE SET is_package = EXCLUDED.is_package, source = EXCLUDED.source;"
+        for m in bundle.modules
+    )
+    steps.append(
+        Step(
+            "server-side modules",
+            do_block(
+                f"""IF {_CODE_FLAG} THEN
+    DELETE FROM {SCHEMA}.runtime_modules WHERE name NOT IN ({names});
+{upserts}
+    {_notice(f'stored {len(bundle.modules)} server-side modules (generation {bundle.generation})')}
+END IF;"""
+            ),
+        )
+    )
+    for f in bundle.sql_files:
+        steps.append(
+            Step(
+                f"sql/{f.name}",
+                do_block(
+                    f"IF {_CODE_FLAG} THEN\n{_executes(f.statements)}\n"
+                    f"    {_notice(f'applied sql/{f.name}')}\nEND IF;"
+                ),
+            )
+        )
+    settings = {"version": __version__, "generation": bundle.generation, "code_checksum": bundle.checksum}
+    upsert_settings = "\n".join(
+        f"    INSERT INTO {SCHEMA}.runtime_settings (key, value) VALUES ({literal(k)}, {literal(v)})\n"
+        "    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();"
+        for k, v in settings.items()
+    )
+    steps.append(
+        Step(
+            "record installed code",
+            do_block(
+                f"""IF {_CODE_FLAG} THEN
+{upsert_settings}
+    -- The catalog fingerprint is taken after everything else, so verify can detect hand edits.
+    INSERT INTO {SCHEMA}.runtime_settings (key, value)
+    VALUES ('catalog_fingerprint', {SCHEMA}.catalog_fingerprint())
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    {_notice(f'installed version {__version__}')}
+END IF;"""
+            ),
+        )
+    )
+    return steps
+
+
+def build(migrations: list[Migration], bundle: CodeBundle) -> list[Step]:
+    """The whole install/upgrade script, without the transaction statements."""
+    return preamble() + migration_steps(migrations) + code_steps(bundle)
+
+
+def render(steps: list[Step]) -> str:
+    """The script as text for ``psql -f``: stops at the first error, one transaction."""
+    out = [
+        f"-- aidb_memory {__version__}: install or upgrade. Run as a superuser:",
+        "--   psql -v ON_ERROR_STOP=1 -f this_file.sql",
+        "\\set ON_ERROR_STOP on",
+        "BEGIN;",
+    ]
+    for step in steps:
+        out.append(f"\n-- {step.what}\n{step.sql};")
+    out.append("\nCOMMIT;\n")
+    return "\n".join(out)
