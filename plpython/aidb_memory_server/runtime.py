@@ -42,20 +42,49 @@ class Runtime:
         try:
             return fn(*args)
         except ApiError as e:
-            plpy.error(e.message, detail=e.detail, hint=e.hint, sqlstate=e.sqlstate)
+            raise sql_error(e.sqlstate, e.message, hint=e.hint, detail=e.detail) from None
         except plpy.SPIError:
             raise  # a SQL error already carries its own SQLSTATE and message
-        except Exception as e:  # a bug: report it as one line, not as a traceback
+        except Exception as e:  # a bug: one line for the client, the traceback for the log
             import traceback
 
-            plpy.log(f"aidb_memory.{attr_of(target)}: internal error\n{traceback.format_exc()}")
-            plpy.error(
-                f"aidb_memory.{attr_of(target)}: internal error ({type(e).__name__}: {e})",
+            name = attr_of(target)
+            plpy.log(f"aidb_memory.{name}: internal error\n{traceback.format_exc()}")
+            raise sql_error(
+                INTERNAL_ERROR,
+                f"aidb_memory.{name}: internal error ({type(e).__name__}: {e})",
                 hint="this is a bug in aidb_memory; the server log has the details",
-                sqlstate=INTERNAL_ERROR,
-            )
+            ) from None
 
 
 def attr_of(target: str) -> str:
     """The SQL-facing name of a dispatch target (``namespaces.init`` -> ``init``)."""
     return target.rpartition(".")[2]
+
+
+_error_classes: dict[str, type[plpy.Error]] = {}
+
+
+def sql_error(
+    sqlstate: str, message: str, *, hint: str | None = None, detail: str | None = None
+) -> plpy.Error:
+    """An exception that PL/Python reports as exactly ``message`` with this SQLSTATE.
+
+    PL/Python prints an escaping exception as ``<module>.<class>: <text>``. Naming the class
+    after the SQL function, in a module called ``aidb_memory``, makes that prefix the
+    ``aidb_memory.function:`` our messages start with. PL/Python reads ``sqlstate``, ``hint``
+    and ``detail`` off a ``plpy.Error``.
+    """
+    prefix, sep, text = message.partition(": ")
+    module, dot, function = prefix.partition(".")
+    if not (sep and dot and module == "aidb_memory" and function.isidentifier()):
+        module, function, text = "aidb_memory", "error", message
+    cls = _error_classes.get(function)
+    if cls is None:
+        cls = type(function, (plpy.Error,), {"__module__": module})
+        _error_classes[function] = cls
+    error = cls(text)
+    error.sqlstate = sqlstate  # type: ignore[attr-defined]
+    error.hint = hint  # type: ignore[attr-defined]
+    error.detail = detail  # type: ignore[attr-defined]
+    return error

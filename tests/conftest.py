@@ -1,0 +1,153 @@
+"""The test harness (SPEC §8): one throwaway PostgreSQL per run, one fresh database per test.
+
+The server starts once (as the ``postgres`` OS user when the tests run as root). A template
+database gets aidb_memory installed by our own installer, the server's Python packages by our own
+``deps`` command, and every test that needs a database gets a clone of that template, so tests
+are independent and fast. Roles are cluster-wide: ``app_user`` (only in ``aidb_users``) and
+``admin_user`` (in ``aidb_admins``) exist for the whole run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from aidb_memory.installer import Package, install
+from aidb_memory.throwaway import ThrowawayServer
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = "aidb_template"
+APP_USER = "app_user"
+ADMIN_USER = "admin_user"
+_counter = itertools.count()
+
+
+class Database:
+    """One database of the throwaway server, with helpers to run SQL as different roles."""
+
+    def __init__(self, server: ThrowawayServer, name: str) -> None:
+        self.server = server
+        self.name = name
+
+    def dsn(self, user: str = "postgres") -> str:
+        return self.server.dsn(self.name, user)
+
+    def connect(self, user: str = "postgres", autocommit: bool = True) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn(user), autocommit=autocommit)
+
+    def sql(self, query: str, params: Any = None, user: str = "postgres") -> list[tuple[Any, ...]]:
+        """Run one statement in its own connection and return its rows (if any)."""
+        with self.connect(user) as conn:
+            cur = conn.execute(query, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def value(self, query: str, params: Any = None, user: str = "postgres") -> Any:
+        rows = self.sql(query, params, user)
+        return rows[0][0] if rows else None
+
+
+def run_cli(*args: str, dsn: str | None = None, env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``aidb-memory`` as a user would, in a separate process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PG") and k != "DATABASE_URL"}
+    full_env.update(env or {})
+    command = [sys.executable, "-m", "aidb_memory", *args]
+    if dsn is not None:
+        command += ["--dsn", dsn]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, input=input,
+                          timeout=300, check=False)
+
+
+def psql(dsn: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run psql against ``dsn`` with ON_ERROR_STOP."""
+    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", dsn, *args],
+                          capture_output=True, text=True, input=input, timeout=300, check=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[ThrowawayServer]:
+    server = ThrowawayServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_pylib(pg_server: ThrowawayServer) -> Iterator[Path]:
+    """A directory the server's Python can import openai from, built once per run by ``deps``."""
+    directory = Path(tempfile.mkdtemp(prefix="aidb-memory-pylib-"))
+    directory.chmod(0o755)
+    try:
+        yield directory / "site-packages"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: ThrowawayServer, server_pylib: Path) -> Database:
+    """The installed template that every ``db`` is cloned from."""
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {TEMPLATE}")
+    template = Database(pg_server, TEMPLATE)
+    with template.connect(autocommit=False) as conn:
+        install(conn, Package.load(), say=lambda _line: None)
+        conn.commit()
+    result = run_cli("deps", "--target", str(server_pylib), dsn=template.dsn())
+    assert result.returncode == 0, result.stdout + result.stderr
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {APP_USER} LOGIN IN ROLE aidb_users")
+        admin.execute(f"CREATE ROLE {ADMIN_USER} LOGIN IN ROLE aidb_admins")
+        admin.execute(f"ALTER DATABASE {TEMPLATE} WITH ALLOW_CONNECTIONS false")
+    return template
+
+
+def _create_database(server: ThrowawayServer, template: str) -> Database:
+    name = f"t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
+    return Database(server, name)
+
+
+def _drop_database(db: Database) -> None:
+    with psycopg.connect(db.server.dsn(), autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {db.name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db(pg_server: ThrowawayServer, template_db: Database) -> Iterator[Database]:
+    """A fresh database with aidb_memory installed (a clone of the template)."""
+    database = _create_database(pg_server, template_db.name)
+    try:
+        yield database
+    finally:
+        _drop_database(database)
+
+
+@pytest.fixture
+def empty_db(pg_server: ThrowawayServer, template_db: Database) -> Iterator[Database]:
+    """A fresh database with nothing of ours in it (the roles exist: they are cluster-wide)."""
+    database = _create_database(pg_server, "template0")
+    try:
+        yield database
+    finally:
+        _drop_database(database)
+
+
+@pytest.fixture
+def source_tree(tmp_path: Path) -> Path:
+    """A copy of the package's sql/, migrations/ and plpython/ that a test may edit."""
+    root = tmp_path / "source"
+    for name in ("sql", "migrations", "plpython"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
