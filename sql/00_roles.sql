@@ -17,5 +17,16 @@ BEGIN
 END
 $roles$;
 
--- An admin can do whatever an application can.
-GRANT aidb_users TO aidb_admins;
+-- An admin can do whatever an application can. Guarded like the roles: another database's
+-- first install may grant it at the same moment.
+DO $grant$
+BEGIN
+    IF NOT pg_catalog.pg_has_role('aidb_admins', 'aidb_users', 'MEMBER') THEN
+        BEGIN
+            GRANT aidb_users TO aidb_admins;
+        EXCEPTION WHEN unique_violation OR duplicate_object THEN
+            NULL;
+        END;
+    END IF;
+END
+$grant$;

@@ -34,11 +34,25 @@ AS $$
         WHERE p.pronamespace = 'aidb_memory'::regnamespace
         UNION ALL
         SELECT 'r ' || c.relname || ' ' || c.relkind::text || coalesce(c.relacl::text, '')
+               || coalesce(obj_description(c.oid, 'pg_class'), '')
                || CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) ELSE '' END
         FROM pg_class c
-        WHERE c.relnamespace = 'aidb_memory'::regnamespace AND c.relkind IN ('r', 'v', 'p', 'S')
+        WHERE c.relnamespace = 'aidb_memory'::regnamespace
+          AND c.relkind IN ('r', 'v', 'p', 'S', 'i', 'm')
+        UNION ALL
+        SELECT 'c ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+               || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+               || coalesce(a.attacl::text, '')
+        FROM pg_class c
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE c.relnamespace = 'aidb_memory'::regnamespace AND c.relkind IN ('r', 'v', 'p')
+        UNION ALL
+        SELECT 's ' || coalesce(n.nspacl::text, '') || ' ' || coalesce(obj_description(n.oid, 'pg_namespace'), '')
+        FROM pg_namespace n
+        WHERE n.oid = 'aidb_memory'::regnamespace
     ) items
 $$;
 COMMENT ON FUNCTION aidb_memory.catalog_fingerprint() IS
-'Admin: a checksum of the schema''s functions, views and privileges, recorded at install and '
+'Admin: a checksum of the schema''s functions, tables, columns, views, indexes, privileges and '
+'comments, recorded at install and '
 'compared by `aidb-memory verify` to detect hand edits (drift).';

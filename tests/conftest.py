@@ -56,22 +56,32 @@ class Database:
         return rows[0][0] if rows else None
 
 
-def run_cli(*args: str, dsn: str | None = None, env: dict[str, str] | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, dsn: str | None = None, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``aidb-memory`` as a user would, in a separate process."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PG") and k != "DATABASE_URL"}
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith("PG") and k != "DATABASE_URL"
+    }
     full_env.update(env or {})
     command = [sys.executable, "-m", "aidb_memory", *args]
     if dsn is not None:
         command += ["--dsn", dsn]
-    return subprocess.run(command, capture_output=True, text=True, env=full_env, input=input,
-                          timeout=300, check=False)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=full_env, input=input, timeout=300, check=False
+    )
 
 
 def psql(dsn: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run psql against ``dsn`` with ON_ERROR_STOP."""
-    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", dsn, *args],
-                          capture_output=True, text=True, input=input, timeout=300, check=False)
+    return subprocess.run(
+        ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", dsn, *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="session")

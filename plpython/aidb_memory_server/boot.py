@@ -67,19 +67,38 @@ def _set_pythonpath(gd: dict[str, Any], directory: str | None) -> None:
         sys.path.insert(0, directory)
 
 
+# Modules and settings in one statement, so that both come from the same snapshot.
+_LOAD = """
+SELECT 'module' AS kind, name AS key, source AS value, is_package
+FROM aidb_memory.runtime_modules
+UNION ALL
+SELECT 'setting', key, value, NULL FROM aidb_memory.runtime_settings
+"""
+
+
 def boot(gd: dict[str, Any], generation: str) -> Any:
-    """Load code generation ``generation`` into this backend and return its runtime."""
+    """Load the stored code into this backend and return its runtime.
+
+    ``generation`` is the one the calling stub was rendered with. The runtime is labelled with
+    the generation recorded next to the modules it actually loaded, which differs when the
+    caller's snapshot predates an upgrade (a REPEATABLE READ transaction begun before it: the
+    catalog already has the new functions, the tables still show the old code). Labelling that
+    old code with the new generation would make this connection run it for good; labelled with
+    its own, the first call after that transaction loads the new code.
+    """
     import plpy
 
-    rows = plpy.execute("SELECT name, source, is_package FROM aidb_memory.runtime_modules")
-    settings = {
-        r["key"]: r["value"]
-        for r in plpy.execute("SELECT key, value FROM aidb_memory.runtime_settings")
-    }
+    rows = plpy.execute(_LOAD)
+    modules = {r["key"]: (r["value"], r["is_package"]) for r in rows if r["kind"] == "module"}
+    settings = {r["key"]: r["value"] for r in rows if r["kind"] == "setting"}
+    loaded = settings.get("generation") or generation
+    current = gd.get(_RUNTIME_KEY)
+    if current is not None and getattr(current, "generation", None) == loaded:
+        return current  # this code is already loaded (the stale-snapshot case above)
     _forget_previous_code()
-    sys.meta_path.insert(0, DatabaseFinder({r["name"]: (r["source"], r["is_package"]) for r in rows}))
+    sys.meta_path.insert(0, DatabaseFinder(modules))
     _set_pythonpath(gd, settings.get("server_pythonpath"))
     runtime = importlib.import_module(PACKAGE + ".runtime")
-    rt = runtime.Runtime(generation, settings)
+    rt = runtime.Runtime(loaded, settings)
     gd[_RUNTIME_KEY] = rt
     return rt

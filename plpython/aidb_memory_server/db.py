@@ -26,4 +26,3 @@ def execute(sql: str, types: Sequence[str] = (), params: Sequence[Any] = ()) -> 
 def notice(message: str) -> None:
     """Send a NOTICE to the client."""
     plpy.notice(message)
-

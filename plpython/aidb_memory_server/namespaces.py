@@ -22,8 +22,12 @@ _UPDATE = """
 UPDATE aidb_memory.namespace
 SET model_spec = $2::jsonb, config = $3::jsonb, state = $4, updated_at = clock_timestamp()
 WHERE id = $1
-RETURNING id, name, model_spec::text, config::text, state, created_at, updated_at
+RETURNING id, name, model_spec::text, config::text, state,
+          to_json(created_at) #>> '{}' AS created_at, to_json(updated_at) #>> '{}' AS updated_at
 """
+# Timestamps travel to Python and back as text: ISO 8601 with a numeric offset (what to_json
+# writes whatever DateStyle is) reads back exactly, where DateStyle's output may not (under
+# DateStyle Postgres, Asia/Kolkata prints "IST", which reads back as Israel time).
 
 
 def init(name: str | None, model_spec: str | None, config: str | None) -> int:
@@ -66,9 +70,9 @@ def namespace_update(
         spec = validation.merge(spec, spec_changes)
     cfg = json.loads(row["config"])
     if config is not None:
-        cfg = validation.config(
-            fn, validation.merge(cfg, validation.json_object(fn, "config", config))
-        )
+        cfg_changes = validation.json_object(fn, "config", config)
+        validation.config(fn, cfg_changes)  # the changes themselves: a typo set to null too
+        cfg = validation.merge(cfg, cfg_changes)
     new_state = validation.state(fn, state) if state is not None else row["state"]
     updated = db.execute(
         _UPDATE,

@@ -38,23 +38,58 @@ class Runtime:
 
     def call(self, target: str, args: Sequence[Any]) -> Any:
         """Call ``module.function`` with the SQL function's arguments, in order."""
-        fn = self._targets.get(target) or self._resolve(target)
         try:
+            fn = self._targets.get(target) or self._resolve(target)
             return fn(*args)
         except ApiError as e:
             raise sql_error(e.sqlstate, e.message, hint=e.hint, detail=e.detail) from None
         except plpy.SPIError:
             raise  # a SQL error already carries its own SQLSTATE and message
+        except plpy.Error as e:
+            # plpy.error(..., sqlstate=...) in the package: keep its SQLSTATE, hint and detail,
+            # and give it the function's name instead of PL/Python's "plpy.Error:" prefix.
+            if type(e).__module__ == "aidb_memory":
+                raise  # already made by sql_error()
+            text = one_line(str(e.args[0]) if e.args else "", limit=1000)
+            if not text.startswith("aidb_memory."):
+                text = f"aidb_memory.{attr_of(target)}: {text}"
+            raise sql_error(
+                getattr(e, "sqlstate", None) or INTERNAL_ERROR,
+                text,
+                hint=getattr(e, "hint", None),
+                detail=getattr(e, "detail", None),
+            ) from None
         except Exception as e:  # a bug: one line for the client, the traceback for the log
-            import traceback
-
             name = attr_of(target)
-            plpy.log(f"aidb_memory.{name}: internal error\n{traceback.format_exc()}")
+            _log_traceback(name)
             raise sql_error(
                 INTERNAL_ERROR,
-                f"aidb_memory.{name}: internal error ({type(e).__name__}: {e})",
+                f"aidb_memory.{name}: internal error ({type(e).__name__}: {one_line(str(e))})",
                 hint="this is a bug in aidb_memory; the server log has the details",
             ) from None
+
+
+def _log_traceback(name: str) -> None:
+    """Write the exception being handled to the server log, and only there.
+
+    Any session can ``SET client_min_messages = log`` and would receive the traceback: the
+    setting is raised to ``error`` for the rest of this transaction (or savepoint), which the
+    error about to be raised aborts anyway, restoring the session's own value.
+    """
+    import traceback
+
+    text = traceback.format_exc()
+    try:
+        plpy.execute("SELECT pg_catalog.set_config('client_min_messages', 'error', true)")
+    except plpy.SPIError:
+        return  # better no log line than a traceback for the client
+    plpy.log(f"aidb_memory.{name}: internal error\n{text}")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` with every run of whitespace (newlines too) made one space, cut to ``limit``."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def attr_of(target: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 from aidb_memory_server.errors import ApiError, invalid, required
@@ -31,20 +32,24 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
+# C0 and C1 control characters (Cc) and the Unicode line and paragraph separators.
+_CONTROL_CATEGORIES = ("Cc", "Zl", "Zp")
+
+
 def _has_control_chars(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+    return any(unicodedata.category(c) in _CONTROL_CATEGORIES for c in text)
 
 
 def namespace_name(function: str, name: str | None) -> str:
     """A namespace name: required, 1 to 128 characters, no control characters."""
     if name is None:
         raise required(function, "name")
+    if _has_control_chars(name):
+        raise invalid(function, "name", "must not contain control characters")
     if not name or name != name.strip():
         raise invalid(function, "name", "must be non-empty and have no surrounding spaces")
     if len(name) > NAMESPACE_NAME_MAX:
         raise invalid(function, "name", f"is longer than {NAMESPACE_NAME_MAX} characters")
-    if _has_control_chars(name):
-        raise invalid(function, "name", "must not contain control characters")
     return name
 
 
@@ -81,12 +86,17 @@ def model_spec(function: str, spec: dict[str, Any]) -> dict[str, Any]:
                 hint="model_spec accepts: " + ", ".join(MODEL_SPEC_KEYS),
             )
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise invalid(function, f"model_spec.{key}", "must be a model name (a non-empty string)")
+            raise invalid(
+                function, f"model_spec.{key}", "must be a model name (a non-empty string)"
+            )
     return {k: v for k, v in spec.items() if v is not None}
 
 
 def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Validate namespace config keys and types; unknown keys refused so typos surface."""
+    """Validate namespace config keys and types; unknown keys refused so typos surface.
+
+    A key set to null means "the default" (as in ``model_spec``) and is left out of the result.
+    """
     for key, value in cfg.items():
         if key not in CONFIG_DEFAULTS:
             raise invalid(
@@ -95,6 +105,8 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 "is not a known key",
                 hint="config accepts: " + ", ".join(CONFIG_DEFAULTS),
             )
+        if value is None:
+            continue
         field = f"config.{key}"
         if key in _INT_LIMITS:
             lo, hi = _INT_LIMITS[key]
@@ -107,7 +119,7 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:
             raise invalid(function, field, "must be one of: " + ", ".join(ACTOR_BINDINGS))
-    return cfg
+    return {k: v for k, v in cfg.items() if v is not None}
 
 
 def effective_config(cfg: dict[str, Any]) -> dict[str, Any]:

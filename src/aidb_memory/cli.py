@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from aidb_memory import __version__
-from aidb_memory.connection import CliError, connect
+from aidb_memory.connection import CliError, connect, first_line
 from aidb_memory.migrations import SqlSourceError
 from aidb_memory.sources import SourceTree, default_tree
 
@@ -79,7 +81,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with connect(args.dsn) as conn:
         state = read_state(conn)
     if not state.installed:
-        print("aidb-memory: aidb_memory is not installed in this database", file=sys.stderr)
+        print(
+            "aidb-memory: aidb_memory is not installed in this database; "
+            "run `aidb-memory install` (or check --dsn / DATABASE_URL / PG* point at it)",
+            file=sys.stderr,
+        )
         return 1
     report = compare(state, package)
     problems = report.problems + [f"migration {n} is not applied" for n in report.pending]
@@ -87,7 +93,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"drift: {p}", file=sys.stderr)
         return 1
-    print(f"ok: version {__version__}, {len(report.applied)} migrations, code and catalog as installed")
+    print(
+        f"ok: version {__version__}, {len(report.applied)} migrations, "
+        "code and catalog as installed"
+    )
     return 0
 
 
@@ -120,7 +129,9 @@ def cmd_deps(args: argparse.Namespace) -> int:
     from aidb_memory import deps
 
     with connect(args.dsn, autocommit=True) as conn:
-        deps.run(conn, python=args.python, target=Path(args.target) if args.target else None, say=_say)
+        deps.run(
+            conn, python=args.python, target=Path(args.target) if args.target else None, say=_say
+        )
     return 0
 
 
@@ -137,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"aidb-memory {__version__}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dsn", help="connection string (default: $DATABASE_URL, else libpq's PG* variables)")
+    common.add_argument(
+        "--dsn", help="connection string (default: $DATABASE_URL, else libpq's PG* variables)"
+    )
     common.add_argument("--source", help=argparse.SUPPRESS)  # developers: install from another tree
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -149,28 +162,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("sql", parents=[common], help="the install/upgrade script, for psql -f")
     p.set_defaults(func=cmd_sql)
-    p = sub.add_parser("verify", parents=[common], help="exit 1 if the database drifted from this package")
+    p = sub.add_parser(
+        "verify", parents=[common], help="exit 1 if the database drifted from this package"
+    )
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser("uninstall", parents=[common], help="remove the schema and what install created")
+    p = sub.add_parser(
+        "uninstall", parents=[common], help="remove the schema and what install created"
+    )
     p.add_argument("--yes", action="store_true", help="confirm: every session and memory is erased")
     p.set_defaults(func=cmd_uninstall)
-    p = sub.add_parser("doctor", parents=[common], help="check the server: plpython3u, its Python, openai")
+    p = sub.add_parser(
+        "doctor", parents=[common], help="check the server: plpython3u, its Python, openai"
+    )
     p.set_defaults(func=cmd_doctor)
-    p = sub.add_parser("deps", parents=[common], help="install the server's Python packages (openai)")
-    p.add_argument("--python", help="the server's interpreter (default: fetch wheels for its version)")
-    p.add_argument("--target", help="directory for the packages (default: /var/lib/aidb_memory/pythonX.Y)")
+    p = sub.add_parser(
+        "deps", parents=[common], help="install the server's Python packages (openai)"
+    )
+    p.add_argument(
+        "--python", help="the server's interpreter (default: fetch wheels for its version)"
+    )
+    p.add_argument(
+        "--target", help="directory for the packages (default: /var/lib/aidb_memory/pythonX.Y)"
+    )
     p.set_defaults(func=cmd_deps)
     p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+def database_error(command: str, error: psycopg.Error) -> str:
+    """One line for an error the server raised while a command ran."""
+    line = f"aidb-memory: {command} failed: {first_line(error)}"
+    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+        line += (
+            f"; {command} reads aidb_memory's own tables: connect as a superuser "
+            "(e.g. user=postgres in --dsn, or PGUSER)"
+        )
+    elif error.diag.message_hint:
+        line += f" (hint: {error.diag.message_hint})"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, SqlSourceError, FileNotFoundError) as e:
+    except (CliError, SqlSourceError) as e:
         print(str(e), file=sys.stderr)
+        return 1
+    except psycopg.Error as e:
+        print(database_error(args.command, e), file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"aidb-memory: {args.command} failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("aidb-memory: interrupted", file=sys.stderr)

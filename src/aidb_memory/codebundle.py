@@ -10,10 +10,12 @@ stub then sees a new generation and reloads the package (SPEC §1).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aidb_memory import __version__
 from aidb_memory.migrations import SqlSourceError, parse_statements
@@ -22,27 +24,50 @@ from aidb_memory.sources import SourceTree
 SERVER_PACKAGE = "aidb_memory_server"
 BOOT_MODULE = f"{SERVER_PACKAGE}.boot"
 
-_TARGET = re.compile(r"\$py\$\s*([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)\s*\$py\$")
-_STUB = """$py$
+# A dispatch target: a module of the server-side package, then a function of it.
+_TARGET = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_LOAD_BOOT = (
+    """exec(plpy.execute("SELECT source FROM aidb_memory.runtime_modules """
+    """WHERE name = '{boot}'")[0]["source"], boot)"""
+)
+_STUB = (
+    """$py$
 # aidb_memory: runs {target} (code generation {generation})
 rt = GD.get("aidb_memory.rt")
 if rt is None or rt.generation != "{generation}":
     boot = {{"__name__": "{boot}"}}
-    exec(plpy.execute("SELECT source FROM aidb_memory.runtime_modules WHERE name = '{boot}'")[0]["source"], boot)
+    """
+    + _LOAD_BOOT
+    + """
     rt = boot["boot"](GD, "{generation}")
 return rt.call("{target}", args)
 $py$"""
+)
 
 # Statements that create or destroy stored data do not belong in files re-run on every install.
 _FORBIDDEN_IN_SQL_DIR = {
     "CreateStmt": "CREATE TABLE",
     "CreateTableAsStmt": "CREATE TABLE AS",
     "CreateSeqStmt": "CREATE SEQUENCE",
+    "IndexStmt": "CREATE INDEX",
     "InsertStmt": "INSERT",
     "UpdateStmt": "UPDATE",
     "DeleteStmt": "DELETE",
+    "MergeStmt": "MERGE",
+    "CopyStmt": "COPY",
+    "TruncateStmt": "TRUNCATE",
     "TransactionStmt": "transaction control",
 }
+# DROP of these destroys data (DROP FUNCTION or DROP VIEW, e.g. of an old signature, is fine).
+_FORBIDDEN_DROPS = {
+    "OBJECT_TABLE": "DROP TABLE",
+    "OBJECT_SCHEMA": "DROP SCHEMA",
+    "OBJECT_SEQUENCE": "DROP SEQUENCE",
+    "OBJECT_MATVIEW": "DROP MATERIALIZED VIEW",
+    "OBJECT_INDEX": "DROP INDEX",
+}
+
+Parsed = list[tuple[Any, str]]
 
 
 @dataclass(frozen=True)
@@ -95,62 +120,149 @@ def generation_of(modules: tuple[Module, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def render_stubs(text: str, generation: str) -> str:
-    """Replace each ``$py$ module.function $py$`` body with the loading stub."""
-    return _TARGET.sub(
-        lambda m: _STUB.format(target=m.group(1), generation=generation, boot=BOOT_MODULE), text
-    )
+def render_stub(target: str, generation: str) -> str:
+    """The dollar-quoted body that loads the server-side package and calls ``target``."""
+    return _STUB.format(target=target, generation=generation, boot=BOOT_MODULE)
 
 
-def _lint_sql_file(path: Path, parsed: list[tuple[object, str]]) -> None:
+def _options(stmt: Any) -> list[tuple[str, Any]]:
+    return [(opt.defname, opt.arg) for opt in getattr(stmt, "options", None) or ()]
+
+
+def python_body(stmt: Any) -> str | None:
+    """A plpython3u function's body as written (None for any other statement)."""
+    if type(stmt).__name__ != "CreateFunctionStmt":
+        return None
+    options = _options(stmt)
+    if "plpython3u" not in [getattr(arg, "sval", None) for n, arg in options if n == "language"]:
+        return None
+    bodies = [arg for n, arg in options if n == "as"]
+    if len(bodies) != 1 or len(bodies[0]) != 1:
+        return ""
+    return str(getattr(bodies[0][0], "sval", ""))
+
+
+def _render_statement(stmt: Any, text: str, generation: str) -> str:
+    body = python_body(stmt)
+    if not body:
+        return text
+    # Only the function's own body is replaced (the lint made sure it is `$py$ target $py$`);
+    # comments, strings and other functions keep any text that looks like one.
+    return text.replace(f"$py${body}$py$", render_stub(body.strip(), generation), 1)
+
+
+def render_stubs(text: str, generation: str, name: str = "<sql>") -> str:
+    """``text`` with each plpython3u function's ``$py$ module.function $py$`` body replaced by
+    the loading stub, one statement after the other."""
+    parsed = parse_statements(Path(name), text)
+    return "".join(f"{_render_statement(stmt, t, generation)};\n" for stmt, t in parsed)
+
+
+def _lint_sql_file(path: Path, parsed: Parsed) -> None:
     for stmt, text in parsed:
         kind = type(stmt).__name__
-        if kind in _FORBIDDEN_IN_SQL_DIR:
+        what = _FORBIDDEN_IN_SQL_DIR.get(kind)
+        if kind == "DropStmt":
+            what = _FORBIDDEN_DROPS.get(getattr(stmt.removeType, "name", ""))
+        if kind == "SelectStmt" and getattr(stmt, "intoClause", None) is not None:
+            what = "SELECT INTO"
+        if what:
             raise SqlSourceError(
-                f"sql/{path.name}: {_FORBIDDEN_IN_SQL_DIR[kind]} does not belong in an idempotent "
+                f"sql/{path.name}: {what} does not belong in an idempotent "
                 "file; write a migration (migrations/NNNN_name.sql)"
             )
         if kind == "CreateFunctionStmt":
             _lint_function(path, stmt, text)
 
 
-def _lint_function(path: Path, stmt: object, text: str) -> None:
-    options = {opt.defname: opt.arg for opt in getattr(stmt, "options", None) or ()}
-    name = ".".join(n.sval for n in stmt.funcname)  # type: ignore[attr-defined]
-    language = getattr(options.get("language"), "sval", None)
-    if language == "plpython3u" and not _TARGET.search(text):
+def _lint_function(path: Path, stmt: Any, text: str) -> None:
+    options = _options(stmt)
+    name = ".".join(n.sval for n in stmt.funcname)
+    body = python_body(stmt)
+    if body is not None and not (
+        "\n" not in body and _TARGET.fullmatch(body.strip()) and f"$py${body}$py$" in text
+    ):
         raise SqlSourceError(
             f"sql/{path.name}: {name} must have the one-line body $py$ module.function $py$"
         )
-    security = options.get("security")
-    if not getattr(security, "boolval", False):
+    if not any(n == "security" and getattr(arg, "boolval", False) for n, arg in options):
         raise SqlSourceError(f"sql/{path.name}: {name} must be SECURITY DEFINER (SPEC §6)")
-    search_path = options.get("set")
-    value = getattr(search_path, "name", None), [
-        getattr(getattr(a, "val", None), "sval", None) for a in getattr(search_path, "args", None) or ()
+    # A function may SET other settings too; its search_path must be exactly this one.
+    search_paths = [
+        [getattr(getattr(a, "val", None), "sval", None) for a in getattr(arg, "args", None) or ()]
+        for n, arg in options
+        if n == "set" and getattr(arg, "name", None) == "search_path"
     ]
-    if value != ("search_path", ["pg_catalog", "pg_temp"]):
+    if search_paths != [["pg_catalog", "pg_temp"]]:
         raise SqlSourceError(
             f"sql/{path.name}: {name} must SET search_path = pg_catalog, pg_temp (SPEC §6)"
         )
 
 
-def load_sql_files(sql_dir: Path, generation: str) -> tuple[SqlFile, ...]:
-    """Every ``sql/*.sql`` in name order, linted, with PL/Python stubs rendered."""
+def _top_level_names(source: str) -> set[str] | None:
+    """Names a module binds at top level; None when that cannot be told (``__getattr__``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return None if "__getattr__" in names else names
+
+
+def _check_targets(files: list[tuple[Path, Parsed]], modules: tuple[Module, ...]) -> None:
+    """Each plpython3u function calls a function that its module defines at top level."""
+    sources = {m.name: m.source for m in modules}
+    for path, parsed in files:
+        for stmt, _ in parsed:
+            target = (python_body(stmt) or "").strip()
+            if not target:
+                continue
+            module_name, _, attr = target.rpartition(".")
+            module = f"{SERVER_PACKAGE}.{module_name}"
+            if module not in sources:
+                raise SqlSourceError(f"sql/{path.name}: {target}: plpython/ has no module {module}")
+            names = _top_level_names(sources[module])
+            if names is not None and attr not in names:
+                raise SqlSourceError(f"sql/{path.name}: {target}: {module} defines no {attr}")
+
+
+def _parse_sql_dir(sql_dir: Path) -> list[tuple[Path, Parsed]]:
     files = []
     for path in sorted(sql_dir.glob("*.sql")):
-        text = path.read_text(encoding="utf-8")
-        _lint_sql_file(path, parse_statements(path, text))
-        rendered = parse_statements(path, render_stubs(text, generation))
-        files.append(SqlFile(path.name, tuple(t for _, t in rendered)))
-    return tuple(files)
+        parsed = parse_statements(path, path.read_text(encoding="utf-8"))
+        _lint_sql_file(path, parsed)
+        files.append((path, parsed))
+    return files
+
+
+def _render_files(files: list[tuple[Path, Parsed]], generation: str) -> tuple[SqlFile, ...]:
+    return tuple(
+        SqlFile(path.name, tuple(_render_statement(stmt, t, generation) for stmt, t in parsed))
+        for path, parsed in files
+    )
+
+
+def load_sql_files(sql_dir: Path, generation: str) -> tuple[SqlFile, ...]:
+    """Every ``sql/*.sql`` in name order, linted, with PL/Python stubs rendered."""
+    return _render_files(_parse_sql_dir(sql_dir), generation)
 
 
 def load_bundle(tree: SourceTree) -> CodeBundle:
     """Read and check the whole idempotent part of the package."""
     modules = load_modules(tree.plpython_dir)
     generation = generation_of(modules)
-    sql_files = load_sql_files(tree.sql_dir, generation)
+    parsed = _parse_sql_dir(tree.sql_dir)
+    _check_targets(parsed, modules)
+    sql_files = _render_files(parsed, generation)
     h = hashlib.sha256(f"{__version__}\0{generation}\0".encode())
     for f in sql_files:
         h.update(f.name.encode() + b"\0" + "\0".join(f.statements).encode() + b"\0")

@@ -42,6 +42,10 @@ def main() -> int:
                 "SELECT aidb_memory.init('helpdesk_namespace') AS id, "
                 "aidb_memory.init('helpdesk_namespace') AS again;",
             )
-            _show(conn, "every namespace", "SELECT id, name, model_spec, state FROM aidb_memory.namespaces ORDER BY id;")
+            _show(
+                conn,
+                "every namespace",
+                "SELECT id, name, model_spec, state FROM aidb_memory.namespaces ORDER BY id;",
+            )
     print("\ndemo finished; the server is stopped and its files removed.")
     return 0

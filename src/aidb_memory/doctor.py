@@ -8,29 +8,47 @@ from typing import Any
 
 import psycopg
 
-from aidb_memory.connection import is_superuser, server_major
+from aidb_memory.connection import (
+    CliError,
+    first_line,
+    is_superuser,
+    plpython_availability,
+    plpython_package,
+)
 from aidb_memory.installer import Package, compare, read_state
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
+# The third-party module the server-side code needs (installed by ``aidb-memory deps``).
+SERVER_MODULE = "openai"
+
 # Runs inside the server (in a transaction that is rolled back) and reports as a NOTICE.
+# It adds the recorded package directory to sys.path the way the installed runtime does.
 _PROBE = r"""
 DO $probe$
-import json, sys
+import importlib, json, sys
+module = __MODULE__
 info = {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable}
 path = None
 if plpy.execute("SELECT to_regclass('aidb_memory.runtime_settings') IS NOT NULL AS ok")[0]["ok"]:
-    rows = plpy.execute("SELECT value FROM aidb_memory.runtime_settings WHERE key = 'server_pythonpath'")
+    rows = plpy.execute(
+        "SELECT value FROM aidb_memory.runtime_settings WHERE key = 'server_pythonpath'"
+    )
     path = rows[0]["value"] if rows.nrows() else None
 info["server_pythonpath"] = path
 if path and path not in sys.path:
     sys.path.insert(0, path)
+importlib.invalidate_caches()
+info["module"] = module
+# Forget an earlier import in this backend: the answer must come from the path as it is now.
+for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+    del sys.modules[name]
 try:
-    import openai
-    info["openai"] = getattr(openai, "__version__", "unknown")
-    info["openai_file"] = getattr(openai, "__file__", None)
+    imported = importlib.import_module(module)
+    info["module_version"] = str(getattr(imported, "__version__", "unknown"))
+    info["module_file"] = getattr(imported, "__file__", None)
 except Exception as e:
-    info["openai_error"] = "%s: %s" % (type(e).__name__, e)
+    info["module_error"] = "%s: %s" % (type(e).__name__, e)
 plpy.notice("aidb_memory_probe:" + json.dumps(info))
 $probe$ LANGUAGE plpython3u
 """
@@ -38,21 +56,28 @@ $probe$ LANGUAGE plpython3u
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the doctor's report."""
+    """One line of the doctor's report (plus a ``fix:`` line when it is not ok)."""
 
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    skipped: bool = False
 
     def line(self) -> str:
-        status = "ok" if self.ok else "missing"
+        status = "skipped" if self.skipped else "ok" if self.ok else "missing"
         fix = f"\n{'':21}fix: {self.fix}" if self.fix and not self.ok else ""
         return f"{status:8} {self.name:11} {self.detail}{fix}"
 
 
-def probe_server_python(conn: Connection) -> dict[str, Any]:
-    """Run the probe in a rolled-back transaction and return what the server's Python said."""
+def probe_server_python(conn: Connection, module: str = SERVER_MODULE) -> dict[str, Any]:
+    """Run the probe in a rolled-back transaction and return what the server's Python said.
+
+    Needs a superuser (it may create plpython3u, rolled back). Raises :class:`CliError` if the
+    server's Python did not answer.
+    """
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"not a module name: {module!r}")
     found: dict[str, Any] = {}
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -63,58 +88,93 @@ def probe_server_python(conn: Connection) -> dict[str, Any]:
     conn.add_notice_handler(on_notice)
     try:
         with conn.transaction(force_rollback=True):
+            # The answer comes back as a NOTICE: a role or database that raised
+            # client_min_messages above it must not silence the probe.
+            conn.execute("SET LOCAL client_min_messages = notice")
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
-            conn.execute(_PROBE.encode())
+            conn.execute(_PROBE.replace("__MODULE__", json.dumps(module)).encode())
     finally:
         conn.remove_notice_handler(on_notice)
+    if "python" not in found:
+        raise CliError("aidb-memory: the server's Python ran but did not report back")
     return found
 
 
 def run(conn: Connection) -> list[Check]:
     """Every check, in the order a person would fix them."""
-    major = server_major(conn)
     version = conn.execute("SHOW server_version").fetchone()
-    checks = [Check("server", True, f"PostgreSQL {version[0] if version else major}")]
-    available = conn.execute(
-        "SELECT default_version, installed_version FROM pg_catalog.pg_available_extensions "
-        "WHERE name = 'plpython3u'"
-    ).fetchone()
-    package = f"apt-get install postgresql-plpython3-{major} (on the database host)"
-    if not available:
+    checks = [Check("server", True, f"PostgreSQL {version[0] if version else '?'}")]
+    available = plpython_availability(conn)
+    package = f"apt-get install {plpython_package(conn)} (on the database host)"
+    if available is None:
         checks.append(Check("plpython3u", False, "not available in this server", package))
         return checks
     where = "installed" if available[1] else "available (install creates it)"
     checks.append(Check("plpython3u", True, f"{where}, version {available[0]}"))
     if not is_superuser(conn):
         checks.append(
-            Check("python", False, "cannot look inside the server without a superuser",
-                  "run doctor with a superuser connection")
+            Check(
+                "python",
+                False,
+                "not checked: the checks inside the server (its Python, "
+                f"{SERVER_MODULE}) need a superuser",
+                "run doctor as a superuser (e.g. user=postgres in --dsn, or PGUSER)",
+                skipped=True,
+            )
         )
         return checks
-    info = probe_server_python(conn)
-    checks.append(Check("python", True, f"the server runs Python {info.get('python')}"))
-    if "openai" in info:
-        checks.append(Check("openai", True, f"imports in the server (version {info['openai']})"))
+    try:
+        info = probe_server_python(conn)
+    except (psycopg.Error, CliError) as e:
+        checks.append(
+            Check(
+                "python",
+                False,
+                f"PL/Python does not run in this server: {first_line(e)}",
+                f"check the server log; reinstall {plpython_package(conn)} on the database host",
+            )
+        )
+        return checks
+    checks.append(Check("python", True, f"the server runs Python {info['python']}"))
+    if "module_version" in info:
+        checks.append(
+            Check(
+                SERVER_MODULE,
+                True,
+                f"imports in the server (version {info['module_version']})",
+            )
+        )
     else:
         path = info.get("server_pythonpath") or "none recorded"
         checks.append(
             Check(
-                "openai",
+                SERVER_MODULE,
                 False,
-                f"does not import in the server ({info.get('openai_error')}; package directory: {path})",
+                f"does not import in the server ({info.get('module_error')}; "
+                f"package directory: {path})",
                 "aidb-memory deps (run on the database host as a user who can write the directory)",
             )
         )
     state = read_state(conn)
     if not state.installed:
-        checks.append(Check("aidb_memory", False, "not installed in this database", "aidb-memory install"))
+        checks.append(
+            Check("aidb_memory", False, "not installed in this database", "aidb-memory install")
+        )
     else:
         report = compare(state, Package.load())
         detail = f"version {state.version}, {len(report.applied)} migrations applied"
         if report.pending:
             detail += f", {len(report.pending)} pending"
+        if report.problems:
+            detail += f", drift: {report.problems[0]}"
         checks.append(
-            Check("aidb_memory", not report.problems and not report.pending, detail,
-                  "aidb-memory install" if report.pending else "aidb-memory verify")
+            Check(
+                "aidb_memory",
+                not report.problems and not report.pending,
+                detail,
+                "aidb-memory install"
+                if report.pending
+                else "`aidb-memory verify` lists the drift; `aidb-memory install` repairs it",
+            )
         )
     return checks

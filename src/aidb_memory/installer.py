@@ -13,7 +13,7 @@ from aidb_memory import __version__
 from aidb_memory.codebundle import CodeBundle, load_bundle
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
 from aidb_memory.migrations import Migration, load_migrations
-from aidb_memory.script import NOTICE_PREFIX, SCHEMA, Step, build
+from aidb_memory.script import INSTALL_LOCK_KEY, NOTICE_PREFIX, SCHEMA, Step, build
 from aidb_memory.sources import SourceTree, default_tree
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -55,12 +55,18 @@ def read_state(conn: Connection) -> State:
     ).fetchone()
     if not exists or not exists[0]:
         return State(installed=False)
-    applied = dict(conn.execute("SELECT name, checksum FROM aidb_memory.schema_migrations").fetchall())
+    applied: dict[str, str] = dict(
+        conn.execute("SELECT name, checksum FROM aidb_memory.schema_migrations").fetchall()
+    )
     settings: dict[str, str] = {}
     if exists[1]:
-        settings = dict(conn.execute("SELECT key, value FROM aidb_memory.runtime_settings").fetchall())
+        settings = dict(
+            conn.execute("SELECT key, value FROM aidb_memory.runtime_settings").fetchall()
+        )
     fingerprint = None
-    has_fn = conn.execute("SELECT to_regprocedure('aidb_memory.catalog_fingerprint()') IS NOT NULL").fetchone()
+    has_fn = conn.execute(
+        "SELECT to_regprocedure('aidb_memory.catalog_fingerprint()') IS NOT NULL"
+    ).fetchone()
     if has_fn and has_fn[0]:
         row = conn.execute("SELECT aidb_memory.catalog_fingerprint()").fetchone()
         fingerprint = row[0] if row else None
@@ -83,11 +89,15 @@ def compare(state: State, package: Package) -> Report:
     problems = []
     for name, checksum in sorted(state.applied.items()):
         if name not in known:
-            problems.append(f"migration {name} is applied but unknown to this package ({__version__})")
+            problems.append(
+                f"migration {name} is applied but unknown to this package ({__version__})"
+            )
         elif known[name].checksum != checksum:
             problems.append(f"migration {name}.sql was edited after it was applied")
     pending = [m.name for m in package.migrations if m.name not in state.applied]
-    code_current = state.installed and state.settings.get("code_checksum") == package.bundle.checksum
+    code_current = (
+        state.installed and state.settings.get("code_checksum") == package.bundle.checksum
+    )
     if state.installed:
         recorded = state.settings.get("catalog_fingerprint")
         if recorded is None or recorded != state.catalog_fingerprint:
@@ -104,6 +114,16 @@ def compare(state: State, package: Package) -> Report:
     return Report(applied, pending, problems, code_current)
 
 
+def _require_no_transaction(conn: Connection, action: str) -> None:
+    """Install and uninstall roll back their read-only checks before their own transaction;
+    never let that silently discard a caller's uncommitted work."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise CliError(
+            f"aidb-memory: {action} runs in a transaction of its own; "
+            "commit or roll back the connection's transaction first"
+        )
+
+
 def preflight(conn: Connection) -> None:
     require_superuser(conn, "install")
     require_plpython(conn)
@@ -113,6 +133,7 @@ def install(
     conn: Connection, package: Package, *, say: Callable[[str], None], dry_run: bool = False
 ) -> None:
     """Install or upgrade in one transaction; ``say`` receives one line per thing done."""
+    _require_no_transaction(conn, "install")
     preflight(conn)
     if dry_run:
         _dry_run(conn, package, say)
@@ -134,7 +155,9 @@ def install(
                 try:
                     conn.execute(step.sql.encode())
                 except psycopg.Error as e:
-                    raise CliError(f"aidb-memory: install failed at {step.what}: {first_line(e)}") from e
+                    raise CliError(
+                        f"aidb-memory: install failed at {step.what}: {first_line(e)}"
+                    ) from e
     finally:
         conn.remove_notice_handler(on_notice)
 
@@ -152,7 +175,8 @@ def _dry_run(conn: Connection, package: Package, say: Callable[[str], None]) -> 
         say(f"migration {name} skipped (already applied)")
     for name in report.pending:
         say(f"would apply migration {name}")
-    if report.code_current and state.catalog_fingerprint == state.settings.get("catalog_fingerprint"):
+    catalog_current = state.catalog_fingerprint == state.settings.get("catalog_fingerprint")
+    if report.code_current and catalog_current:
         say(f"code is up to date (version {__version__}, generation {package.bundle.generation})")
     else:
         b = package.bundle
@@ -164,16 +188,28 @@ def _dry_run(conn: Connection, package: Package, say: Callable[[str], None]) -> 
 
 def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
     """Drop the schema, then the roles and plpython3u where nothing else uses them."""
+    _require_no_transaction(conn, "uninstall")
     require_superuser(conn, "uninstall")
+    # Like install: a transaction of its own, under the installers' lock.
+    conn.rollback()
     with conn.transaction():
+        conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
         state = read_state(conn)
         created_plpython = state.settings.get("created_plpython3u") == "true"
-        conn.execute("DROP SCHEMA IF EXISTS aidb_memory CASCADE")
-        say("dropped schema aidb_memory and everything in it")
+        schema = conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (SCHEMA,)
+        ).fetchone()
+        if schema:
+            conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(SCHEMA)))
+            say(f"dropped schema {SCHEMA} and everything in it")
+        else:
+            say(f"schema {SCHEMA} does not exist in this database")
         if created_plpython:
             _drop_if_unused(conn, say, "EXTENSION", "plpython3u")
         for role in ROLES:
-            exists = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)
+            ).fetchone()
             if exists:
                 _drop_if_unused(conn, say, "ROLE", role)
 
@@ -184,5 +220,5 @@ def _drop_if_unused(conn: Connection, say: Callable[[str], None], kind: str, nam
         with conn.transaction():
             conn.execute(statement)
         say(f"dropped {kind.lower()} {name}")
-    except psycopg.errors.DependentObjectsStillReferenced as e:
+    except psycopg.errors.DependentObjectsStillExist as e:
         say(f"kept {kind.lower()} {name}: still used ({first_line(e)})")

@@ -61,12 +61,19 @@ def _executes(statements: Iterable[str]) -> str:
 def preamble() -> list[Step]:
     """Lock, prerequisites, the schema and the installer's own tables."""
     return [
+        # Read committed whatever default_transaction_isolation says: an installer that waited
+        # for the lock must see what the one before it committed (a snapshot taken before the
+        # lock was granted would not, and its install would fail).
+        Step("isolation level", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
         Step("session settings", "SET LOCAL standard_conforming_strings = on"),
+        # The progress lines are NOTICEs: a role or database set to hide them would hide them.
+        Step("session settings", "SET LOCAL client_min_messages = notice"),
         Step("install lock", f"SELECT pg_catalog.pg_advisory_xact_lock({INSTALL_LOCK_KEY})"),
         Step(
             "superuser check",
             do_block(
-                "IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN\n"
+                "IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles\n"
+                "        WHERE rolname = current_user) THEN\n"
                 "    RAISE EXCEPTION 'aidb_memory: installing needs a superuser (plpython3u is "
                 "untrusted); % is not one', current_user;\nEND IF;"
             ),
@@ -100,7 +107,8 @@ def preamble() -> list[Step]:
         Step(
             "plpython3u",
             do_block(
-                "IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'plpython3u') THEN\n"
+                "IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension\n"
+                "               WHERE extname = 'plpython3u') THEN\n"
                 "    CREATE EXTENSION plpython3u;\n"
                 f"    INSERT INTO {SCHEMA}.runtime_settings (key, value) "
                 "VALUES ('created_plpython3u', 'true') ON CONFLICT (key) DO NOTHING;\n"
@@ -113,7 +121,10 @@ def preamble() -> list[Step]:
 
 def migration_steps(migrations: list[Migration]) -> list[Step]:
     """Refuse edited or unknown migrations, then apply the pending ones in order."""
-    known = ", ".join(f"({literal(m.name)}, {literal(m.checksum)})" for m in migrations) or "(NULL, NULL)"
+    known = (
+        ", ".join(f"({literal(m.name)}, {literal(m.checksum)})" for m in migrations)
+        or "(NULL, NULL)"
+    )
     check = do_block(
         f"""FOR r IN
     SELECT a.name, a.checksum AS applied, k.checksum AS expected
@@ -122,24 +133,27 @@ def migration_steps(migrations: list[Migration]) -> list[Step]:
     ORDER BY a.name
 LOOP
     IF r.expected IS NULL THEN
-        RAISE EXCEPTION 'aidb_memory: migration % is applied in this database but unknown to this package (version {__version__})', r.name
+        RAISE EXCEPTION 'aidb_memory: migration % is applied in this database but unknown to '
+            'this package (version {__version__})', r.name
             USING HINT = 'install a newer aidb-memory package; never downgrade';
     ELSIF r.expected <> r.applied THEN
         RAISE EXCEPTION 'aidb_memory: migration %.sql was edited after it was applied', r.name
-            USING HINT = 'restore the file as it was applied and add a new migration for the change';
+            USING HINT = 'restore the file as it was applied and add a new migration '
+                         'for the change';
     END IF;
 END LOOP;""",
         declare="    r record;",
     )
     steps = [Step("migration checksums", check)]
     for m in migrations:
-        body = f"""IF EXISTS (SELECT 1 FROM {SCHEMA}.schema_migrations WHERE name = {literal(m.name)}) THEN
-    {_notice(f'migration {m.name} skipped (already applied)')}
+        body = f"""IF EXISTS (SELECT 1 FROM {SCHEMA}.schema_migrations
+           WHERE name = {literal(m.name)}) THEN
+    {_notice(f"migration {m.name} skipped (already applied)")}
 ELSE
 {_executes(m.statements)}
     INSERT INTO {SCHEMA}.schema_migrations (name, checksum, package_version)
     VALUES ({literal(m.name)}, {literal(m.checksum)}, {literal(__version__)});
-    {_notice(f'migration {m.name} applied')}
+    {_notice(f"migration {m.name} applied")}
 END IF;"""
         steps.append(Step(f"migrations/{m.name}.sql", do_block(body)))
     return steps
@@ -160,7 +174,7 @@ IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)}
 END IF;
 IF current IS NOT NULL AND current = fingerprint THEN
     PERFORM set_config('aidb_memory.install_code', 'off', true);
-    {_notice(f'code is up to date (version {__version__}, generation {bundle.generation})')}
+    {_notice(f"code is up to date (version {__version__}, generation {bundle.generation})")}
 ELSE
     PERFORM set_config('aidb_memory.install_code', 'on', true);
 END IF;""",
@@ -171,7 +185,8 @@ END IF;""",
     upserts = "\n".join(
         f"    INSERT INTO {SCHEMA}.runtime_modules (name, is_package, source) VALUES "
         f"({literal(m.name)}, {str(m.is_package).lower()}, {literal(m.source)})\n"
-        "    ON CONFLICT (name) DO UPDATE SET is_package = EXCLUDED.is_package, source = EXCLUDED.source;"
+        "    ON CONFLICT (name) DO UPDATE\n"
+        "        SET is_package = EXCLUDED.is_package, source = EXCLUDED.source;"
         for m in bundle.modules
     )
     steps.append(
@@ -181,7 +196,7 @@ END IF;""",
                 f"""IF {_CODE_FLAG} THEN
     DELETE FROM {SCHEMA}.runtime_modules WHERE name NOT IN ({names});
 {upserts}
-    {_notice(f'stored {len(bundle.modules)} server-side modules (generation {bundle.generation})')}
+    {_notice(f"stored {len(bundle.modules)} server-side modules (generation {bundle.generation})")}
 END IF;"""
             ),
         )
@@ -196,9 +211,14 @@ END IF;"""
                 ),
             )
         )
-    settings = {"version": __version__, "generation": bundle.generation, "code_checksum": bundle.checksum}
+    settings = {
+        "version": __version__,
+        "generation": bundle.generation,
+        "code_checksum": bundle.checksum,
+    }
     upsert_settings = "\n".join(
-        f"    INSERT INTO {SCHEMA}.runtime_settings (key, value) VALUES ({literal(k)}, {literal(v)})\n"
+        f"    INSERT INTO {SCHEMA}.runtime_settings (key, value)\n"
+        f"    VALUES ({literal(k)}, {literal(v)})\n"
         "    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();"
         for k, v in settings.items()
     )
@@ -212,7 +232,7 @@ END IF;"""
     INSERT INTO {SCHEMA}.runtime_settings (key, value)
     VALUES ('catalog_fingerprint', {SCHEMA}.catalog_fingerprint())
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
-    {_notice(f'installed version {__version__}')}
+    {_notice(f"installed version {__version__}")}
 END IF;"""
             ),
         )

@@ -32,7 +32,9 @@ class SourceTree:
         return self.root / "plpython"
 
     def check(self) -> SourceTree:
-        missing = [d for d in (self.sql_dir, self.migrations_dir, self.plpython_dir) if not d.is_dir()]
+        missing = [
+            d for d in (self.sql_dir, self.migrations_dir, self.plpython_dir) if not d.is_dir()
+        ]
         if missing:
             raise FileNotFoundError(
                 "aidb-memory: source tree is incomplete, missing " + ", ".join(map(str, missing))

@@ -23,7 +23,7 @@ SERVER_USER = "postgres"
 
 
 def find_bindir() -> Path:
-    """PostgreSQL's bin directory: ``$PG_BINDIR``, else the newest Debian install that has plpython3u."""
+    """PostgreSQL bin directory: ``$PG_BINDIR``, else the newest Debian one with plpython3u."""
     if os.environ.get("PG_BINDIR"):
         return Path(os.environ["PG_BINDIR"])
     candidates = sorted(
@@ -45,10 +45,10 @@ def find_bindir() -> Path:
 
 def _wrapper(path: Path, program: Path, env: dict[str, str], as_user: str | None) -> None:
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    drop = (
-        f"setpriv --reuid={as_user} --regid={as_user} --init-groups " if as_user else ""
+    drop = f"setpriv --reuid={as_user} --regid={as_user} --init-groups " if as_user else ""
+    path.write_text(
+        f'#!/bin/sh\nexec env -i {assignments} {drop}{shlex.quote(str(program))} "$@"\n'
     )
-    path.write_text(f'#!/bin/sh\nexec env -i {assignments} {drop}{shlex.quote(str(program))} "$@"\n')
     path.chmod(0o755)
 
 

@@ -1,0 +1,367 @@
+"""The idempotent part of the package without a database: sql/ lint, stubs, generations."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pglast
+import pytest
+
+from aidb_memory import codebundle
+from aidb_memory.codebundle import (
+    BOOT_MODULE,
+    generation_of,
+    load_bundle,
+    load_modules,
+    load_sql_files,
+    render_stubs,
+)
+from aidb_memory.migrations import SqlSourceError
+from aidb_memory.sources import SourceTree, default_tree
+
+GEN = "0123456789abcdef"
+HEADER = "SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp\n"
+GOOD_PY = (
+    "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
+    f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.init $py$"
+)
+GOOD_SQL = (
+    "CREATE OR REPLACE FUNCTION aidb_memory.version() RETURNS text\n"
+    f"LANGUAGE sql STABLE {HEADER}AS $$ SELECT 'v' $$"
+)
+
+
+def sql_files(
+    tmp_path: Path, text: str, name: str = "50_test.sql"
+) -> tuple[codebundle.SqlFile, ...]:
+    directory = tmp_path / "sql"
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text(text, encoding="utf-8")
+    return load_sql_files(directory, GEN)
+
+
+def refused(tmp_path: Path, text: str, name: str = "50_test.sql") -> str:
+    with pytest.raises(SqlSourceError) as info:
+        sql_files(tmp_path, text, name)
+    message = str(info.value)
+    assert message.startswith(f"sql/{name}: "), message
+    return message
+
+
+def python_body(statement: str) -> str:
+    """The body of a rendered CREATE FUNCTION, as PostgreSQL will store it."""
+    (raw,) = pglast.parse_sql(statement)
+    (body,) = next(opt.arg for opt in raw.stmt.options if opt.defname == "as")
+    return str(body.sval)
+
+
+# --- the package's own sql/ ------------------------------------------------------------------
+
+
+def test_the_package_bundle_loads_and_every_python_function_embeds_the_generation() -> None:
+    bundle = load_bundle(default_tree())
+    assert re.fullmatch(r"[0-9a-f]{16}", bundle.generation)
+    assert [f.name for f in bundle.sql_files] == sorted(f.name for f in bundle.sql_files)
+    python_functions = [
+        s for f in bundle.sql_files for s in f.statements if "LANGUAGE plpython3u" in s
+    ]
+    assert python_functions
+    for statement in python_functions:
+        body = python_body(statement)
+        assert f"code generation {bundle.generation})" in body
+        assert f'rt.generation != "{bundle.generation}"' in body
+        assert f'boot["boot"](GD, "{bundle.generation}")' in body
+        # The stub is valid Python once PL/Python wraps it in a function.
+        compile("def f(args):\n" + textwrap.indent(body, "    "), "stub", "exec")
+
+
+def test_loading_twice_gives_the_same_bundle() -> None:
+    assert load_bundle(default_tree()) == load_bundle(default_tree())
+
+
+# --- sql/ lint: what belongs in a migration ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("statement", "what"),
+    [
+        ("CREATE TABLE aidb_memory.t (a int)", "CREATE TABLE"),
+        ("CREATE TABLE IF NOT EXISTS aidb_memory.t (a int)", "CREATE TABLE"),
+        ("create unlogged table aidb_memory.t (a int)", "CREATE TABLE"),
+        ("CREATE TABLE aidb_memory.t AS SELECT 1 AS a", "CREATE TABLE AS"),
+        ("SELECT 1 AS a INTO aidb_memory.t", "SELECT INTO"),
+        ("CREATE SEQUENCE aidb_memory.s", "CREATE SEQUENCE"),
+        ("CREATE INDEX IF NOT EXISTS i ON aidb_memory.namespace (name)", "CREATE INDEX"),
+        ("INSERT INTO aidb_memory.namespace (name) VALUES ('x')", "INSERT"),
+        ("insert into aidb_memory.namespace (name) values ('x') on conflict do nothing", "INSERT"),
+        ("UPDATE aidb_memory.namespace SET name = 'y'", "UPDATE"),
+        ("DELETE FROM aidb_memory.namespace", "DELETE"),
+        ("TRUNCATE aidb_memory.namespace", "TRUNCATE"),
+        ("DROP TABLE IF EXISTS aidb_memory.namespace", "DROP TABLE"),
+        ("DROP SCHEMA aidb_memory CASCADE", "DROP SCHEMA"),
+        ("COPY aidb_memory.namespace FROM '/tmp/x'", "COPY"),
+        ("BEGIN", "transaction control"),
+        ("COMMIT", "transaction control"),
+    ],
+)
+def test_stored_data_statements_are_refused_in_sql(
+    tmp_path: Path, statement: str, what: str
+) -> None:
+    message = refused(tmp_path, f"{GOOD_SQL};\n{statement};\n")
+    assert f"{what} does not belong in an idempotent file" in message
+    assert "migration" in message
+
+
+def test_idempotent_statements_are_fine(tmp_path: Path) -> None:
+    text = f"""
+        DROP FUNCTION IF EXISTS aidb_memory.old(text);
+        DROP VIEW IF EXISTS aidb_memory.old_view;
+        {GOOD_SQL};
+        CREATE OR REPLACE VIEW aidb_memory.v AS SELECT 1 AS one;
+        COMMENT ON FUNCTION aidb_memory.version() IS 'x';
+        REVOKE ALL ON FUNCTION aidb_memory.version() FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION aidb_memory.version() TO aidb_users;
+        DO $$ BEGIN NULL; END $$;
+    """
+    (f,) = sql_files(tmp_path, text)
+    assert len(f.statements) == 8
+
+
+# --- sql/ lint: functions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "$py$ return 1 $py$",  # real Python
+        "$$ namespaces.init $$",  # the right target, another quote
+        "$py$ init $py$",  # no module
+        "$py$ namespaces.init() $py$",
+        "$py$ namespaces.init\nnamespaces.other $py$",
+        "$py$\nimport os\nnamespaces.init\n$py$",
+        "'namespaces.init'",
+        "$body$ x = '$py$ namespaces.init $py$' $body$",
+    ],
+)
+def test_a_python_function_needs_the_one_line_target_body(tmp_path: Path, body: str) -> None:
+    statement = (
+        "CREATE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
+        f"LANGUAGE plpython3u {HEADER}AS {body}"
+    )
+    message = refused(tmp_path, statement + ";\n")
+    assert "aidb_memory.init must have the one-line body $py$ module.function $py$" in message
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "SET search_path = pg_catalog, pg_temp",  # no SECURITY DEFINER
+        "SECURITY INVOKER SET search_path = pg_catalog, pg_temp",
+        "EXTERNAL SECURITY INVOKER SET search_path = pg_catalog, pg_temp",
+    ],
+)
+@pytest.mark.parametrize("language", ["sql", "plpython3u"])
+def test_a_function_must_be_security_definer(tmp_path: Path, header: str, language: str) -> None:
+    body = "$py$ namespaces.init $py$" if language == "plpython3u" else "$$ SELECT 1 $$"
+    statement = (
+        f"CREATE FUNCTION aidb_memory.f() RETURNS int LANGUAGE {language} {header} AS {body}"
+    )
+    assert "aidb_memory.f must be SECURITY DEFINER" in refused(tmp_path, statement + ";\n")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "",  # no SET at all
+        "SET search_path = public",
+        "SET search_path = pg_temp, pg_catalog",
+        "SET search_path = pg_catalog",
+        "SET search_path = pg_catalog, pg_temp, public",
+        "SET search_path FROM CURRENT",
+        "SET work_mem = '1MB'",
+        "SET search_path = pg_catalog, pg_temp SET search_path = public",
+    ],
+)
+@pytest.mark.parametrize("language", ["sql", "plpython3u"])
+def test_a_function_must_pin_the_search_path(tmp_path: Path, setting: str, language: str) -> None:
+    body = "$py$ namespaces.init $py$" if language == "plpython3u" else "$$ SELECT 1 $$"
+    statement = (
+        f"CREATE FUNCTION aidb_memory.f() RETURNS int LANGUAGE {language} SECURITY DEFINER "
+        f"{setting} AS {body}"
+    )
+    message = refused(tmp_path, statement + ";\n")
+    assert "aidb_memory.f must SET search_path = pg_catalog, pg_temp" in message
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        HEADER,
+        "security definer set search_path to pg_catalog, pg_temp",
+        "SET search_path = 'pg_catalog', \"pg_temp\" EXTERNAL SECURITY DEFINER",
+        # other settings next to the search_path
+        "SECURITY DEFINER SET work_mem = '8MB' SET search_path = pg_catalog, pg_temp",
+        "SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET statement_timeout = 0",
+    ],
+)
+def test_well_formed_functions_pass(tmp_path: Path, options: str) -> None:
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
+        f"LANGUAGE plpython3u {options}\nAS $py$ namespaces.init $py$;\n"
+        "CREATE OR REPLACE PROCEDURE aidb_memory.p()\n"
+        f"LANGUAGE plpython3u {options}\nAS $py$   sub.pkg.run\t$py$;\n"
+    )
+    (f,) = sql_files(tmp_path, text)
+    assert 'rt.call("namespaces.init", args)' in python_body(f.statements[0])
+    assert 'rt.call("sub.pkg.run", args)' in python_body(f.statements[1])
+
+
+# --- stub rendering ---------------------------------------------------------------------------
+
+
+def test_rendering_replaces_only_the_python_function_bodies(tmp_path: Path) -> None:
+    text = f"""-- Bodies are written as $py$ module.function $py$, see codebundle.py.
+{GOOD_PY};
+COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.';
+{GOOD_SQL.replace("SELECT 'v'", "SELECT '$py$ a.b $py$'")};
+"""
+    (f,) = sql_files(tmp_path, text)
+    function, comment, sql_function = f.statements
+    body = python_body(function)
+    assert "namespaces.init $py$" not in function
+    assert f"# aidb_memory: runs namespaces.init (code generation {GEN})" in body
+    assert body.rstrip().endswith('return rt.call("namespaces.init", args)')
+    assert f"SELECT source FROM aidb_memory.runtime_modules WHERE name = '{BOOT_MODULE}'" in body
+    assert (
+        comment == "COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.'"
+    )
+    assert "SELECT '$py$ a.b $py$'" in sql_function
+    assert GEN not in sql_function
+    # The same through render_stubs, on text: the comment keeps its words.
+    rendered = render_stubs(text, GEN)
+    assert rendered.count(f"code generation {GEN}") == 1
+    assert "'Runs $py$ namespaces.init $py$.'" in rendered
+
+
+def test_rendering_embeds_the_generation_given(tmp_path: Path) -> None:
+    directory = tmp_path / "sql"
+    directory.mkdir()
+    (directory / "10_f.sql").write_text(GOOD_PY + ";\n")
+    (one,) = load_sql_files(directory, "aaaaaaaaaaaaaaaa")
+    (two,) = load_sql_files(directory, "bbbbbbbbbbbbbbbb")
+    assert "aaaaaaaaaaaaaaaa" in one.statements[0]
+    assert "bbbbbbbbbbbbbbbb" not in one.statements[0]
+    assert "bbbbbbbbbbbbbbbb" in two.statements[0]
+    assert one.statements[0].replace("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb") == two.statements[0]
+
+
+# --- generations and the bundle checksum ------------------------------------------------------
+
+
+def _module_files(root: Path) -> list[Path]:
+    return sorted((root / "plpython" / "aidb_memory_server").rglob("*.py"))
+
+
+def test_the_generation_changes_when_any_module_changes(source_tree: Path) -> None:
+    tree = SourceTree(source_tree)
+    base = load_bundle(tree)
+    files = _module_files(source_tree)
+    assert len(files) == len(base.modules) > 1
+    seen = {base.generation}
+    for path in files:
+        original = path.read_text()
+        path.write_text(original + "\n# changed\n")
+        changed = load_bundle(tree)
+        assert changed.generation not in seen, path.name
+        assert changed.checksum != base.checksum, path.name
+        for f in changed.sql_files:
+            for statement in f.statements:
+                assert base.generation not in statement
+        seen.add(changed.generation)
+        path.write_text(original)
+    assert load_bundle(tree) == base
+
+
+def test_the_generation_changes_when_a_module_is_added_or_renamed(source_tree: Path) -> None:
+    plpython = source_tree / "plpython"
+    base = generation_of(load_modules(plpython))
+    extra = plpython / "aidb_memory_server" / "extra.py"
+    extra.write_text("")
+    added = generation_of(load_modules(plpython))
+    extra.rename(extra.with_name("extra2.py"))
+    renamed = generation_of(load_modules(plpython))
+    assert len({base, added, renamed}) == 3
+
+
+def test_a_sql_change_changes_the_checksum_not_the_generation(source_tree: Path) -> None:
+    tree = SourceTree(source_tree)
+    base = load_bundle(tree)
+    path = sorted((source_tree / "sql").glob("*.sql"))[-1]
+    path.write_text(path.read_text() + "\nCOMMENT ON SCHEMA aidb_memory IS 'x';\n")
+    changed = load_bundle(tree)
+    assert changed.generation == base.generation
+    assert changed.checksum != base.checksum
+
+
+def test_modules_are_named_as_python_imports_them(source_tree: Path) -> None:
+    sub = source_tree / "plpython" / "aidb_memory_server" / "sub"
+    sub.mkdir()
+    (sub / "__init__.py").write_text("")
+    (sub / "leaf.py").write_text("X = 1\n")
+    modules = {m.name: m.is_package for m in load_modules(source_tree / "plpython")}
+    assert modules["aidb_memory_server"] is True
+    assert modules["aidb_memory_server.sub"] is True
+    assert modules["aidb_memory_server.sub.leaf"] is False
+    assert modules[BOOT_MODULE] is False
+
+
+def test_a_missing_boot_module_is_refused(source_tree: Path) -> None:
+    (source_tree / "plpython" / "aidb_memory_server" / "boot.py").unlink()
+    with pytest.raises(SqlSourceError, match=BOOT_MODULE.replace(".", r"\.")):
+        load_modules(source_tree / "plpython")
+
+
+# --- targets must exist -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        ("nosuchmodule.init", "plpython/ has no module aidb_memory_server.nosuchmodule"),
+        (
+            "namespaces.no_such_function",
+            "aidb_memory_server.namespaces defines no no_such_function",
+        ),
+    ],
+)
+def test_a_target_that_does_not_exist_is_refused(
+    source_tree: Path, target: str, error: str
+) -> None:
+    path = source_tree / "sql" / "95_extra.sql"
+    path.write_text(GOOD_PY.replace("namespaces.init", target) + ";\n")
+    with pytest.raises(SqlSourceError) as info:
+        load_bundle(SourceTree(source_tree))
+    assert str(info.value) == f"sql/95_extra.sql: {target}: {error}"
+
+
+def test_targets_may_be_defined_or_imported_at_top_level(source_tree: Path) -> None:
+    module = source_tree / "plpython" / "aidb_memory_server" / "extra.py"
+    module.write_text(
+        "from aidb_memory_server.namespaces import init as imported\n"
+        "assigned = imported\n"
+        "def defined(x): return x\n"
+        "async def coroutine(): pass\n"
+    )
+    text = "".join(
+        GOOD_PY.replace("aidb_memory.init", f"aidb_memory.{n}").replace(
+            "namespaces.init", f"extra.{n}"
+        )
+        + ";\n"
+        for n in ("imported", "assigned", "defined")
+    )
+    (source_tree / "sql" / "95_extra.sql").write_text(text)
+    bundle = load_bundle(SourceTree(source_tree))
+    assert bundle.sql_files[-1].name == "95_extra.sql"
+    assert len(bundle.sql_files[-1].statements) == 3
