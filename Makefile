@@ -20,5 +20,10 @@ test: bootstrap lint typecheck
 demo: bootstrap
 	$(VENV)/bin/aidb-memory demo
 
+# The benchmark (bench/README.md): bootstraps with the [bench] extra, runs on one throwaway server.
+bench:
+	@BOOTSTRAP_BENCH=1 scripts/bootstrap.sh
+	$(PY) bench/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build

@@ -42,3 +42,14 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     "$VENV/bin/pip" install -q -e '.[dev]'
     echo "$want" > "$stamp"
 fi
+
+# `make bench` also wants the benchmark's peer (pyproject's [bench] extra); `make test` never
+# installs it. Its own stamp, so that neither command makes the other rebuild.
+if [ "${BOOTSTRAP_BENCH:-0}" = 1 ]; then
+    bench_stamp="$VENV/.bench-stamp"
+    if [ "$(cat "$bench_stamp" 2>/dev/null)" != "$want" ]; then
+        echo "bootstrap: installing the bench extra into $VENV"
+        "$VENV/bin/pip" install -q -e '.[dev,bench]'
+        echo "$want" > "$bench_stamp"
+    fi
+fi

@@ -12,6 +12,18 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_
 GRANT EXECUTE ON FUNCTION aidb_memory.version() TO aidb_users, aidb_workers;
 GRANT SELECT ON aidb_memory.namespaces TO aidb_users, aidb_workers;
 
+-- The session API (SPEC §3).
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.session_start(text, text, text, text),
+    aidb_memory.add(text, text, jsonb, text, text, text),
+    aidb_memory.session_get(text, text, text, integer, text, integer),
+    aidb_memory.session_messages(text, text, text, integer, text, integer),
+    aidb_memory.session_end(text, text, text, text),
+    aidb_memory.session_pop(text, text, text),
+    aidb_memory.session_list(text, text, text, boolean, integer),
+    aidb_memory.session_delete(text, text, text, text)
+TO aidb_users;
+
 -- Admins (aidb_admins is also a member of aidb_users).
 GRANT EXECUTE ON FUNCTION
     aidb_memory.init(text, jsonb, jsonb),
@@ -19,3 +31,5 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.runtime_info(),
     aidb_memory.catalog_fingerprint()
 TO aidb_admins;
+GRANT SELECT ON aidb_memory.sessions, aidb_memory.events TO aidb_admins;
+GRANT SELECT ON aidb_memory.events TO aidb_workers;

@@ -7,7 +7,8 @@ The conventions (also stated at the top of the reference):
 - A ```text block right after a ```sql block (only blank lines between) is its expected output:
   rows as ``psql -X -q -A -t`` prints them, and ERROR/HINT/DETAIL/NOTICE/WARNING lines as psql
   prints them with ``VERBOSITY=verbose`` minus CONTEXT and LOCATION (NOTICE without its 00000).
-  ``...`` in an expected line matches any text. An expected ERROR means the block must fail.
+  ``...`` in an expected line matches any text, ``<uuid>`` one UUID. An expected ERROR means the
+  block must fail.
 - A ```sql block without a ```text block must succeed and print no error or warning.
 - Every function and view of the schema has a heading naming it and at least one example.
 """
@@ -26,6 +27,12 @@ SCHEMA = "aidb_memory"
 _ROLE = re.compile(r"^--\s*role:\s*(\S+)\s*$")
 _STDERR = ("ERROR:", "HINT:", "DETAIL:", "NOTICE:", "WARNING:")
 _PSQL_PREFIX = re.compile(r"^psql:[^:]*:\d+: ")
+# What an expected line may leave open: values that differ between runs.
+_PLACEHOLDERS = {
+    "...": ".*",
+    "<uuid>": "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+}
+_PLACEHOLDER = re.compile("(" + "|".join(re.escape(p) for p in _PLACEHOLDERS) + ")")
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,8 @@ def _stderr_lines(stderr: str) -> list[str]:
 
 
 def _line_matches(expected: str, actual: str) -> bool:
-    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    parts = _PLACEHOLDER.split(expected)
+    pattern = "".join(_PLACEHOLDERS.get(part, re.escape(part)) for part in parts)
     return re.fullmatch(pattern, actual) is not None
 
 
@@ -211,10 +219,12 @@ def test_every_function_and_view_is_documented(db: Database) -> None:
 def test_a_wrong_expectation_fails(db: Database) -> None:
     good = Example(1, "SELECT 1 + 1, NULL, 'x';\n", None, ["2||x"])
     run_example(db, good)
+    run_example(db, Example(1, "SELECT 'id ' || gen_random_uuid();\n", None, ["id <uuid>"]))
     wrong = [
         Example(1, "SELECT 1 + 1;\n", None, ["3"]),  # another value
         Example(1, "SELECT 2 UNION ALL SELECT 3;\n", None, ["2"]),  # a row too many
         Example(1, "SELECT 2;\n", None, ["..."] * 2),  # `...` never stands for a line
+        Example(1, "SELECT 'id 1234';\n", None, ["id <uuid>"]),  # `<uuid>` is a UUID only
         Example(1, "SELECT 1 / 0;\n", None, None),  # an error where none is documented
         Example(1, "SELECT 1;\n", None, ["1", "ERROR:  22012: ..."]),  # no error where one is
         Example(1, "SELECT 1 / 0;\n", None, ["ERROR:  22023: ..."]),  # another SQLSTATE

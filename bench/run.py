@@ -1,0 +1,853 @@
+"""`make bench`: aidb_memory vs plain SQL, and vs the OpenAI Agents SDK's SQLAlchemySession.
+
+One throwaway PostgreSQL server, one database, aidb_memory installed by our own installer, and one
+Python process that drives every path through prepared statements (psycopg ``prepare=True``;
+SQLAlchemy's asyncpg dialect prepares and caches its statements itself). The paths of each
+comparison run side by side, a few operations of one, then of the other, in alternating order, so
+that drift from other work on the machine hits them alike: compare the ratios, not the absolute
+numbers. bench/README.md says what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.string import TextLoader
+
+from aidb_memory.installer import Package, install
+from aidb_memory.throwaway import ThrowawayServer
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NS = "bench"
+ACTOR = "alice"
+DB = "bench"
+
+# --- the data -------------------------------------------------------------------------------
+# Turn ``seq`` of every generated session has the same content, whether it was stored by `add` or
+# generated in SQL; it repeats every 1,000 turns, so the newest 8,000 chars of the 1,000-turn and
+# of the 100,000-turn session are the same turns (same count, same chars): (c)/(b) compares like
+# with like. User turns are ~70-400 chars, assistant turns ~150-1,200.
+
+
+def content(seq: int) -> str:
+    k = (seq - 1) % 1000 + 1
+    if seq % 2:
+        return f"user {k}: " + "question words " * (k * 37 % 23 + 4)
+    return f"assistant {k}: " + "answer text here " * (k * 53 % 61 + 8)
+
+
+CONTENT_SQL = """
+CASE WHEN mod(g, 2) = 1
+     THEN 'user ' || (mod(g - 1, 1000) + 1) || ': '
+          || repeat('question words ', mod((mod(g - 1, 1000) + 1) * 37, 23)::int + 4)
+     ELSE 'assistant ' || (mod(g - 1, 1000) + 1) || ': '
+          || repeat('answer text here ', mod((mod(g - 1, 1000) + 1) * 53, 61)::int + 8)
+END
+"""
+
+
+def exchange(seq: int) -> str:
+    """The 2-turn batch that stores turns seq and seq + 1 (seq odd)."""
+    return json.dumps(
+        [
+            {"role": "user", "content": content(seq)},
+            {"role": "assistant", "content": content(seq + 1)},
+        ]
+    )
+
+
+# The exchange that (a) stores again and again: a 200-char question and a 600-char answer.
+A_TURNS = json.dumps(
+    [
+        {"role": "user", "content": ("Where is my order 4711? It was due yesterday. " * 5)[:200]},
+        {"role": "assistant", "content": ("Order 4711 left the warehouse today. " * 17)[:600]},
+    ]
+)
+# The chat turn of (d).
+D_USER = "My order 4711 has not arrived yet. Can you check where it is?"
+D_ASSISTANT = (
+    "I checked order 4711: it left the warehouse this morning and the carrier expects to deliver "
+    "it tomorrow before noon. You will get a tracking link by email within the hour."
+)
+
+# --- the SQL of each path -----------------------------------------------------------------------
+
+ADD = "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s)"
+
+# (a) reference: the rows `add` writes for a plain exchange, in one prepared statement: the session
+# counters and tail, one event, the turn rows (positions and char offsets from the counters).
+ADD_REF = """
+WITH x AS (
+    SELECT u.o, u.t->>'role' AS role, u.t->>'content' AS content, length(u.t->>'content') AS chars
+    FROM jsonb_array_elements(%(turns)s::jsonb) WITH ORDINALITY AS u(t, o)
+), agg AS (
+    SELECT count(*) AS n, sum(chars) AS total, max(o) FILTER (WHERE role = 'user') AS last_user
+    FROM x
+), s AS (
+    UPDATE aidb_memory.session AS s
+    SET next_seq = s.next_seq + agg.n, total_chars = s.total_chars + agg.total,
+        tail_sequence_id = NULL, tail_round_start = s.next_seq + agg.n - 1, open_calls = '{}',
+        last_user_seq = coalesce(s.next_seq + agg.last_user - 1, s.last_user_seq),
+        updated_at = now()
+    FROM aidb_memory.namespace AS n, agg
+    WHERE n.name = %(ns)s AND s.namespace_id = n.id AND s.actor_id = %(actor)s
+      AND s.session_id = %(sid)s
+    RETURNING s.id, s.namespace_id, s.next_seq - agg.n AS first_seq,
+              s.total_chars - agg.total AS first_offset
+), e AS (
+    INSERT INTO aidb_memory.event
+        (namespace_id, actor_id, session_id, turns_hash, turn_count, status)
+    SELECT s.namespace_id, %(actor)s, %(sid)s, NULL, agg.n, 'skipped' FROM s, agg
+    RETURNING id, public_id
+), t AS (
+    INSERT INTO aidb_memory.turn
+        (session_ref, seq, round_start, char_offset, chars, role, content, kind, event_ref)
+    SELECT s.id, s.first_seq + x.o - 1, s.first_seq + x.o - 1,
+           s.first_offset + sum(x.chars) OVER (ORDER BY x.o) - x.chars, x.chars, x.role, x.content,
+           CASE x.role WHEN 'user' THEN 'user_prompt' WHEN 'assistant' THEN 'model_response'
+                       WHEN 'tool' THEN 'tool_result' ELSE 'system' END,
+           e.id
+    FROM s, e, x
+)
+SELECT public_id FROM e
+"""
+
+GET = "SELECT * FROM aidb_memory.session_get(%s, %s, %s, limit_chars => %s)"
+
+# (b)/(c) reference: the newest turns whose chars fit the budget, found on the same
+# (session_ref, char_offset, seq) index, with the same keys, as one jsonb array.
+GET_REF = """
+SELECT coalesce(jsonb_agg(
+           jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content, 'kind', t.kind,
+                              'meta', t.meta, 'created_at', t.created_at)
+           || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
+                                                   'tool_call_id', t.tool_call_id,
+                                                   'name', t.name))
+           ORDER BY t.seq), '[]'::jsonb) AS items
+FROM aidb_memory.namespace AS n
+JOIN aidb_memory.session AS s
+  ON s.namespace_id = n.id AND s.actor_id = %(actor)s AND s.session_id = %(sid)s
+JOIN aidb_memory.turn AS t
+  ON t.session_ref = s.id AND t.char_offset >= s.total_chars - %(budget)s
+WHERE n.name = %(ns)s
+"""
+
+MESSAGES = "SELECT aidb_memory.session_messages(%s, %s, %s, limit_turns => %s)"
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    name: str
+    label: str
+    client: str
+    op: Callable[[], Any] | None = None  # sync
+    aop: Callable[[], Awaitable[Any]] | None = None  # async
+    latencies_ns: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+    per_round: list[float] = field(default_factory=list)  # ops/s of each measured slice
+
+
+async def run_group(group: list[Measured], seconds: float, burst: int, record: bool) -> None:
+    """Run the paths of one comparison side by side for ``seconds`` each: ``burst`` operations of
+    one, then of the next, ..., in alternating order, so that whatever else the machine does
+    meanwhile falls on all of them alike."""
+    clock = time.perf_counter_ns
+    lat: dict[str, list[int]] = {p.name: [] for p in group}
+    end = clock() + int(seconds * len(group) * 1e9)
+    order = list(group)
+    while clock() < end:
+        for path in order:
+            out = lat[path.name]
+            for _ in range(burst):
+                t0 = clock()
+                if path.op is not None:
+                    path.op()
+                else:
+                    assert path.aop is not None
+                    await path.aop()
+                out.append(clock() - t0)
+        order.reverse()
+    if record:
+        for path in group:
+            spent = sum(lat[path.name]) / 1e9
+            path.latencies_ns.extend(lat[path.name])
+            path.wall_s += spent
+            path.per_round.append(len(lat[path.name]) / spent)
+
+
+def stats(path: Measured) -> dict[str, Any]:
+    lat = sorted(path.latencies_ns)
+    n = len(lat)
+
+    def pct(p: float) -> float:
+        return lat[min(n - 1, int(p * n))] / 1000
+
+    return {
+        "label": path.label,
+        "client": path.client,
+        "ops": n,
+        "seconds": round(path.wall_s, 3),
+        "ops_per_s": round(n / path.wall_s, 1),
+        "mean_us": round(sum(lat) / n / 1000, 1),
+        "p50_us": round(pct(0.50), 1),
+        "p95_us": round(pct(0.95), 1),
+        "ops_per_s_by_round": [round(x, 1) for x in path.per_round],
+    }
+
+
+# --- setup --------------------------------------------------------------------------------------
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def connect(dsn: str, *, raw_jsonb: bool = False) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    if raw_jsonb:
+        # Reads of (b)/(c) compare server work: jsonb comes back as text, unparsed, on both sides.
+        conn.adapters.register_loader("jsonb", TextLoader)
+    return conn
+
+
+def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
+    for sid in ("a-ours", "a-ref", "verify-add", "verify-ref", "small", "big"):
+        conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
+    # The 1,000-turn session: 500 real adds.
+    t0 = time.perf_counter()
+    for seq in range(1, 1000, 2):
+        conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
+    say(f"  1,000-turn session 'small': 500 adds in {time.perf_counter() - t0:.1f} s")
+
+    # The 100,000-turn session: all but the last exchange generated in SQL (an event per
+    # exchange, turns with the positions, rounds and char offsets `add` would give them, the
+    # session's counters and tail to match), then the last exchange through `add`.
+    t0 = time.perf_counter()
+    n = big_turns - 2
+    found = conn.execute("SELECT id FROM aidb_memory.session WHERE session_id = 'big'").fetchone()
+    assert found is not None
+    ref = found[0]
+    conn.execute(
+        f"""
+        WITH e AS (
+            INSERT INTO aidb_memory.event
+                (namespace_id, actor_id, session_id, turns_hash, turn_count, status)
+            SELECT s.namespace_id, s.actor_id, s.session_id, 'generated:' || p, 2, 'skipped'
+            FROM aidb_memory.session AS s, generate_series(1, %(n)s / 2) AS p
+            WHERE s.id = %(ref)s
+            RETURNING id, turns_hash
+        ), c AS (
+            SELECT g AS seq, CASE WHEN mod(g, 2) = 1 THEN 'user' ELSE 'assistant' END AS role,
+                   {CONTENT_SQL} AS content
+            FROM generate_series(1, %(n)s) AS g
+        )
+        INSERT INTO aidb_memory.turn
+            (session_ref, seq, round_start, char_offset, chars, role, content, kind, event_ref)
+        SELECT %(ref)s, c.seq, c.seq,
+               coalesce(sum(length(c.content)) OVER (ORDER BY c.seq ROWS BETWEEN UNBOUNDED
+                                                     PRECEDING AND 1 PRECEDING), 0),
+               length(c.content), c.role, c.content,
+               CASE c.role WHEN 'user' THEN 'user_prompt' ELSE 'model_response' END, e.id
+        FROM c JOIN e ON e.turns_hash = 'generated:' || ((c.seq + 1) / 2)
+        """,
+        {"n": n, "ref": ref},
+    )
+    conn.execute(
+        """
+        UPDATE aidb_memory.session AS s
+        SET next_seq = x.n + 1, total_chars = x.chars, tail_sequence_id = NULL,
+            tail_round_start = x.n, open_calls = '{}', last_user_seq = x.last_user,
+            updated_at = now()
+        FROM (SELECT max(seq) AS n, sum(chars) AS chars,
+                     max(seq) FILTER (WHERE role = 'user') AS last_user
+              FROM aidb_memory.turn WHERE session_ref = %(ref)s) AS x
+        WHERE s.id = %(ref)s
+        """,
+        {"ref": ref},
+    )
+    conn.execute(ADD, (NS, ACTOR, exchange(n + 1), "big"), prepare=True)
+    conn.execute("VACUUM ANALYZE aidb_memory.turn")
+    conn.execute("VACUUM ANALYZE aidb_memory.session")
+    conn.execute("VACUUM ANALYZE aidb_memory.event")
+    say(
+        f"  {big_turns:,}-turn session 'big': generated in SQL + 1 add, "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+
+
+class VerifyError(RuntimeError):
+    pass
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise VerifyError(f"verification failed: {what}")
+    say(f"  ok: {what}")
+
+
+TURN_COLS = (
+    "seq, round_start, char_offset, chars, role, content, kind, name, tool_calls, tool_call_id, "
+    "meta, event_ref IS NOT NULL"
+)
+SESSION_CONSISTENT = """
+SELECT s.next_seq = max(t.seq) + 1 AND s.total_chars = sum(t.chars)
+       AND s.tail_round_start = max(t.seq) AND s.tail_sequence_id IS NULL AND s.open_calls = '{}'
+       AND s.last_user_seq = max(t.seq) FILTER (WHERE t.role = 'user')
+       AND bool_and(t.round_start = t.seq) AND bool_and(t.char_offset = t.before)
+       AND count(*) = max(t.seq)
+FROM aidb_memory.session AS s,
+     LATERAL (SELECT seq, round_start, role, chars, char_offset,
+                     sum(chars) OVER (ORDER BY seq) - chars AS before
+              FROM aidb_memory.turn WHERE session_ref = s.id) AS t
+WHERE s.session_id = %s
+GROUP BY s.id
+"""
+
+
+def verify(conn: psycopg.Connection[Any], big_turns: int) -> dict[str, Any]:
+    """Before timing anything: each reference does what the function does."""
+    # (a) the reference writes the rows `add` writes.
+    for _ in range(2):
+        conn.execute(ADD, (NS, ACTOR, A_TURNS, "verify-add"), prepare=True)
+        conn.execute(
+            ADD_REF, {"ns": NS, "actor": ACTOR, "sid": "verify-ref", "turns": A_TURNS}, prepare=True
+        )
+
+    def rows(sql: str, sid: str) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, (sid,)).fetchall()
+
+    turn_sql = (
+        f"SELECT {TURN_COLS} FROM aidb_memory.turn t JOIN aidb_memory.session s "
+        "ON s.id = t.session_ref WHERE s.session_id = %s ORDER BY seq"
+    )
+    check(
+        rows(turn_sql, "verify-add") == rows(turn_sql, "verify-ref"),
+        "(a) the reference writes the same turn rows as add (2 exchanges)",
+    )
+    session_sql = (
+        "SELECT next_seq, total_chars, tail_sequence_id, tail_round_start, open_calls, "
+        "last_user_seq, closed_at FROM aidb_memory.session WHERE session_id = %s"
+    )
+    check(
+        rows(session_sql, "verify-add") == rows(session_sql, "verify-ref"),
+        "(a) ... the same session counters and tail",
+    )
+    event_sql = (
+        "SELECT namespace_id, actor_id, agent_id, idempotency_key, turns IS NULL, turn_count, "
+        "status, turns_hash FROM aidb_memory.event WHERE session_id = %s ORDER BY id"
+    )
+    check(
+        rows(event_sql, "verify-add") == rows(event_sql, "verify-ref"),
+        "(a) ... and the same event rows (status, counts; no hash without an idempotency key)",
+    )
+    # The generated session is what adds would have made.
+    cmp = conn.execute(
+        f"""
+        SELECT count(*) FILTER (WHERE a IS DISTINCT FROM b), count(*)
+        FROM (SELECT seq, ({TURN_COLS}) AS a FROM aidb_memory.turn
+              WHERE session_ref = (SELECT id FROM aidb_memory.session WHERE session_id = 'small'))
+             AS x
+        FULL JOIN (SELECT seq, ({TURN_COLS}) AS b FROM aidb_memory.turn
+                   WHERE session_ref = (SELECT id FROM aidb_memory.session
+                                        WHERE session_id = 'big') AND seq <= 1000) AS y
+        USING (seq)
+        """
+    ).fetchone()
+    check(
+        cmp == (0, 1000),
+        "(c) generated turns 1..1,000 of 'big' equal the 1,000 turns 'small' got through add",
+    )
+    for sid in ("small", "big"):
+        check(
+            conn.execute(SESSION_CONSISTENT, (sid,)).fetchone() == (True,),
+            f"(b/c) session '{sid}': counters, tail, rounds and char offsets are consistent",
+        )
+    counts = conn.execute(
+        "SELECT session_id, next_seq - 1 FROM aidb_memory.session "
+        "WHERE session_id IN ('small', 'big') ORDER BY 2"
+    ).fetchall()
+    check(counts == [("small", 1000), ("big", big_turns)], f"turn counts {counts}")
+
+    # (b)/(c) the reference returns the same items as session_get.
+    shape: dict[str, Any] = {}
+    for sid in ("small", "big"):
+        got = conn.execute(GET, (NS, ACTOR, sid, 8000), prepare=True).fetchone()
+        ref = conn.execute(
+            GET_REF, {"ns": NS, "actor": ACTOR, "sid": sid, "budget": 8000}, prepare=True
+        ).fetchone()
+        assert got is not None and ref is not None
+        items = got[0]
+        check(
+            items == ref[0] and len(items) > 0,
+            f"(b/c) '{sid}': session_get(limit_chars => 8000) returns the reference's "
+            f"{len(items)} items",
+        )
+        chars = sum(len(i["content"]) for i in items)
+        shape[sid] = {
+            "items": len(items),
+            "chars": chars,
+            "seqs": [items[0]["seq"], items[-1]["seq"]],
+            "overflow_chars": got[1],
+            "warnings": got[3],
+        }
+        say(
+            f"      {len(items)} items, {chars} chars, seq {items[0]['seq']}..{items[-1]['seq']}, "
+            f"overflow_chars {got[1]}, warnings {got[3]}"
+        )
+    check(
+        (shape["small"]["items"], shape["small"]["chars"])
+        == (shape["big"]["items"], shape["big"]["chars"]),
+        "(c) the two reads return the same number of items and chars",
+    )
+    return shape
+
+
+# --- the peer -----------------------------------------------------------------------------------
+
+
+def d_turns() -> list[Any]:
+    return [{"role": "user", "content": D_USER}, {"role": "assistant", "content": D_ASSISTANT}]
+
+
+async def verify_d(peer: Any, aconn: psycopg.AsyncConnection[Any]) -> None:
+    """(d): after 12 chat turns both sides give back the same 20 messages."""
+    for _ in range(12):
+        await peer.add_items(d_turns())
+        await aconn.execute(ADD, (NS, ACTOR, json.dumps(d_turns()), "d-verify"), prepare=True)
+    theirs = await peer.get_items(limit=20)
+    cur = await aconn.execute(MESSAGES, (NS, ACTOR, "d-verify", 20), prepare=True)
+    row = await cur.fetchone()
+    assert row is not None
+    check(
+        theirs == row[0] and len(theirs) == 20,
+        "(d) SQLAlchemySession.get_items(limit=20) and session_messages(limit_turns => 20) "
+        "return the same 20 messages",
+    )
+    await peer.clear_session()
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    id: str
+    title: str
+    what: str
+    num: str  # path names: the ratio is num / den
+    den: str
+    metric: str  # "throughput" (ops/s ratio) or "latency" (mean latency ratio)
+    op: str  # ">=" or "<="
+    target: float
+
+    def passes(self, measured: float) -> bool:
+        return measured >= self.target if self.op == ">=" else measured <= self.target
+
+
+COMPARISONS = [
+    Comparison(
+        "a",
+        "(a) add of a 2-turn exchange vs a plain-SQL reference writing the same rows",
+        "throughput aidb_memory.add / reference (one CTE: session counters + event + 2 turn rows)",
+        "a_add",
+        "a_ref",
+        "throughput",
+        ">=",
+        0.75,
+    ),
+    Comparison(
+        "b",
+        "(b) session_get(limit_chars => 8000) on a 1,000-turn session vs a plain-SQL reference",
+        "throughput session_get / reference (newest turns fitting 8,000 chars, jsonb_agg of the "
+        "same keys)",
+        "b_get",
+        "b_ref",
+        "throughput",
+        ">=",
+        0.6,
+    ),
+    Comparison(
+        "c",
+        "(c) the same session_get on a 100,000-turn session",
+        "mean latency (c) / mean latency (b): the cost must not grow with the history",
+        "c_get",
+        "b_get",
+        "latency",
+        "<=",
+        1.3,
+    ),
+    Comparison(
+        "d",
+        "(d) one chat turn (append 2 messages, read the last 20) vs the OpenAI Agents SDK's "
+        "SQLAlchemySession",
+        "throughput ours (async psycopg: add + session_messages(limit_turns => 20)) / "
+        "SQLAlchemySession (add_items + get_items(limit=20), asyncpg)",
+        "d_ours",
+        "d_peer",
+        "throughput",
+        ">=",
+        2.0,
+    ),
+]
+INFO = [
+    ("c_ref", "b_ref", "latency", "reference on 100,000 turns / on 1,000 turns (mean latency)"),
+    ("d_ours_sync", "d_peer", "throughput", "ours in a sync psycopg loop / SQLAlchemySession"),
+]
+
+
+def ratio(paths: dict[str, Measured], num: str, den: str, metric: str) -> tuple[float, list[float]]:
+    a, b = paths[num], paths[den]
+    if metric == "throughput":
+        overall = (len(a.latencies_ns) / a.wall_s) / (len(b.latencies_ns) / b.wall_s)
+        rounds = [x / y for x, y in zip(a.per_round, b.per_round, strict=True)]
+    else:  # mean latency = 1 / throughput of a serial loop
+        overall = (a.wall_s / len(a.latencies_ns)) / (b.wall_s / len(b.latencies_ns))
+        rounds = [y / x for x, y in zip(a.per_round, b.per_round, strict=True)]
+    return overall, rounds
+
+
+def median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+def row(tag: str, name: str, overall: float, target: str, rounds: list[float]) -> str:
+    spread = f"{min(rounds):.2f}..{max(rounds):.2f}"
+    return f"{tag:<4} {name:<36} {overall:>8.2f} {target:>7} {median(rounds):>7.2f} {spread:>16}"
+
+
+def git_describe() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return head + ("+dirty" if dirty else "") if head else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")
+    ap.add_argument("--slice", type=float, default=1.5, help="seconds per path per round")
+    ap.add_argument("--burst", type=int, default=10, help="operations per turn of a path")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per path")
+    ap.add_argument("--big-turns", type=int, default=100_000, help="turns of session (c)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 0.3 s")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON goes")
+    ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.slice, args.warmup = 2, 0.3, 0.2
+    if args.big_turns < 2000 or args.big_turns % 1000:
+        ap.error("--big-turns must be a multiple of 1,000, at least 2,000")
+
+    try:
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+        from sqlalchemy.ext.asyncio import create_async_engine
+    except ImportError as e:
+        print(
+            f"bench: the peer is not installed ({e}); run `make bench`, which installs "
+            "pyproject's [bench] extra",
+            file=sys.stderr,
+        )
+        return 2
+
+    # A SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the server is stopped and removed.
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server, asyncio.Runner() as runner:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {DB}")
+            pg_version = admin.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        dsn = server.dsn(DB)
+        with psycopg.connect(dsn) as conn:
+            install(conn, Package.load(), say=lambda _line: None)
+            conn.commit()
+            installed: dict[str, str] = dict(
+                conn.execute(
+                    "SELECT key, value FROM aidb_memory.runtime_settings "
+                    "WHERE key IN ('version', 'code_checksum')"
+                ).fetchall()
+            )
+        say(
+            f"bench: installed aidb_memory {installed.get('version')} "
+            f"(code {str(installed.get('code_checksum'))[:12]}) into database {DB}, "
+            f"PostgreSQL {pg_version}"
+        )
+
+        with connect(dsn) as setup:
+            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            build_sessions(setup, args.big_turns)
+            say("bench: verifying that each pair computes the same thing")
+            shape = verify(setup, args.big_turns)
+
+        url = f"postgresql+asyncpg://postgres@127.0.0.1:{server.port}/{DB}"
+        engine = create_async_engine(url)
+        conns: list[psycopg.Connection[Any]] = []
+        aconn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            a_ours, a_ref = connect(dsn), connect(dsn)
+            b_ours, b_ref = connect(dsn, raw_jsonb=True), connect(dsn, raw_jsonb=True)
+            c_ours, c_ref = connect(dsn, raw_jsonb=True), connect(dsn, raw_jsonb=True)
+            d_sync = connect(dsn)
+            conns += [a_ours, a_ref, b_ours, b_ref, c_ours, c_ref, d_sync]
+            aconn = runner.run(psycopg.AsyncConnection.connect(dsn, autocommit=True))
+            peer = SQLAlchemySession("d-peer", engine=engine, create_tables=True)
+            runner.run(verify_d(peer, aconn))
+
+            def ref_params(sid: str) -> dict[str, Any]:
+                return {"ns": NS, "actor": ACTOR, "sid": sid, "budget": 8000}
+
+            a_add_p = (NS, ACTOR, A_TURNS, "a-ours")
+            a_ref_p = {"ns": NS, "actor": ACTOR, "sid": "a-ref", "turns": A_TURNS}
+            b_p, c_p = (NS, ACTOR, "small", 8000), (NS, ACTOR, "big", 8000)
+            b_ref_p, c_ref_p = ref_params("small"), ref_params("big")
+
+            def one(conn: psycopg.Connection[Any], sql: str, params: Any) -> Callable[[], Any]:
+                def op() -> Any:
+                    return conn.execute(sql, params, prepare=True).fetchone()
+
+                return op
+
+            def d_sync_op() -> Any:
+                d_sync.execute(ADD, (NS, ACTOR, json.dumps(d_turns()), "d-ours-sync"), prepare=True)
+                return d_sync.execute(
+                    MESSAGES, (NS, ACTOR, "d-ours-sync", 20), prepare=True
+                ).fetchone()
+
+            async def d_ours_op() -> Any:
+                assert aconn is not None
+                await aconn.execute(ADD, (NS, ACTOR, json.dumps(d_turns()), "d-ours"), prepare=True)
+                cur = await aconn.execute(MESSAGES, (NS, ACTOR, "d-ours", 20), prepare=True)
+                return await cur.fetchone()
+
+            async def d_peer_op() -> Any:
+                await peer.add_items(d_turns())
+                return await peer.get_items(limit=20)
+
+            psy = f"psycopg {version('psycopg')} sync"
+            paths = {
+                p.name: p
+                for p in [
+                    Measured("a_add", "add (2 turns)", psy, op=one(a_ours, ADD, a_add_p)),
+                    Measured(
+                        "a_ref", "plain-SQL insert (1 CTE)", psy, op=one(a_ref, ADD_REF, a_ref_p)
+                    ),
+                    Measured(
+                        "b_get", "session_get 8000ch, 1k turns", psy, op=one(b_ours, GET, b_p)
+                    ),
+                    Measured(
+                        "b_ref", "plain-SQL read, 1k turns", psy, op=one(b_ref, GET_REF, b_ref_p)
+                    ),
+                    Measured(
+                        "c_get",
+                        f"session_get 8000ch, {args.big_turns // 1000}k turns",
+                        psy,
+                        op=one(c_ours, GET, c_p),
+                    ),
+                    Measured(
+                        "c_ref",
+                        f"plain-SQL read, {args.big_turns // 1000}k turns",
+                        psy,
+                        op=one(c_ref, GET_REF, c_ref_p),
+                    ),
+                    Measured(
+                        "d_peer",
+                        "SQLAlchemySession chat turn",
+                        f"SQLAlchemy {version('sqlalchemy')} asyncio + asyncpg "
+                        f"{version('asyncpg')}",
+                        aop=d_peer_op,
+                    ),
+                    Measured(
+                        "d_ours",
+                        "aidb_memory chat turn",
+                        f"psycopg {version('psycopg')} async",
+                        aop=d_ours_op,
+                    ),
+                    Measured("d_ours_sync", "aidb_memory chat turn", psy, op=d_sync_op),
+                ]
+            }
+            groups = [["a_add", "a_ref"], ["b_get", "b_ref", "c_get", "c_ref"]]
+            groups.append(["d_peer", "d_ours", "d_ours_sync"])
+
+            say(f"bench: warming up each path ({args.warmup} s)")
+            for names in groups:
+                group = [paths[n] for n in names]
+                runner.run(run_group(group, args.warmup, args.burst, record=False))
+            per_round = sum(len(g) for g in groups) * args.slice
+            say(
+                f"bench: {args.rounds} rounds of {args.slice} s per path, the paths of each "
+                f"comparison interleaved {args.burst} operations at a time "
+                f"(~{per_round * args.rounds:.0f} s)"
+            )
+            for r in range(args.rounds):
+                for names in groups:
+                    group = [paths[n] for n in (names if r % 2 == 0 else reversed(names))]
+                    runner.run(run_group(group, args.slice, args.burst, record=True))
+                say(f"  round {r + 1}/{args.rounds} done")
+        finally:
+            for c in conns:
+                c.close()
+            if aconn is not None:
+                runner.run(aconn.close())
+            runner.run(engine.dispose())
+    say("bench: server stopped and removed")
+
+    load_after = os.getloadavg()
+    result = report(args, paths, shape, pg_version, started, load_before, load_after)
+    result["aidb_memory"] = installed
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(result, indent=2, sort_keys=False) + "\n"
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        (args.out / f"{stamp}.json").write_text(text)
+        (args.out / "latest.json").write_text(text)
+        say(f"bench: wrote {args.out / 'latest.json'} and {args.out / (stamp + '.json')}")
+    return 0
+
+
+def report(
+    args: argparse.Namespace,
+    paths: dict[str, Measured],
+    shape: dict[str, Any],
+    pg_version: str,
+    started: dt.datetime,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> dict[str, Any]:
+    st = {name: stats(p) for name, p in paths.items()}
+    print()
+    print("What each comparison does")
+    for c in COMPARISONS:
+        print(f"  {c.title}")
+        print(f"      {c.what}")
+    print()
+    cols = ("path", "what", "ops", "ops/s", "mean µs", "p50 µs", "p95 µs", "client")
+    header = "{:<12} {:<32} {:>7} {:>8} {:>8} {:>8} {:>8}  {}".format(*cols)
+    print(header)
+    print("-" * len(header))
+    for name, s in st.items():
+        print(
+            f"{name:<12} {s['label']:<32} {s['ops']:>7} {s['ops_per_s']:>8.0f} "
+            f"{s['mean_us']:>8.0f} {s['p50_us']:>8.0f} {s['p95_us']:>8.0f}  {s['client']}"
+        )
+    print()
+    header = "{:<4} {:<36} {:>8} {:>7} {:>7} {:>16}  {}".format(
+        "", "ratio", "measured", "target", "median", "rounds min..max", "result"
+    )
+    print(header)
+    print("-" * len(header))
+    comps = []
+    for c in COMPARISONS:
+        overall, rounds = ratio(paths, c.num, c.den, c.metric)
+        verdict = "PASS" if c.passes(overall) else "MISS"
+        name = f"{c.num}/{c.den} ({c.metric})"
+        print(row(c.id, name, overall, f"{c.op}{c.target}", rounds) + f"  {verdict}")
+        comps.append(
+            {
+                "id": c.id,
+                "title": c.title,
+                "what": c.what,
+                "ratio": f"{c.num}/{c.den}",
+                "metric": c.metric,
+                "measured": round(overall, 3),
+                "median_of_rounds": round(median(rounds), 3),
+                "target": f"{c.op} {c.target}",
+                "by_round": [round(x, 3) for x in rounds],
+                "result": verdict,
+            }
+        )
+    info = []
+    for num, den, metric, what in INFO:
+        overall, rounds = ratio(paths, num, den, metric)
+        print(row("info", f"{num}/{den} ({metric})", overall, "", rounds) + f"  {what}")
+        info.append(
+            {
+                "ratio": f"{num}/{den}",
+                "metric": metric,
+                "what": what,
+                "measured": round(overall, 3),
+                "median_of_rounds": round(median(rounds), 3),
+                "by_round": [round(x, 3) for x in rounds],
+            }
+        )
+    print()
+    print(
+        f"load average 1 min: {load_before[0]:.2f} before, {load_after[0]:.2f} after "
+        f"({os.cpu_count()} cores; other work on the machine makes absolute numbers noisy, "
+        "ratios measured side by side much less so)"
+    )
+    return {
+        "started_at": started.isoformat(timespec="seconds"),
+        "git": git_describe(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in load_after],
+        },
+        "versions": {
+            "postgresql": pg_version,
+            "psycopg": version("psycopg"),
+            "openai-agents": version("openai-agents"),
+            "sqlalchemy": version("sqlalchemy"),
+            "asyncpg": version("asyncpg"),
+        },
+        "settings": {
+            "rounds": args.rounds,
+            "slice_s": args.slice,
+            "burst": args.burst,
+            "warmup_s": args.warmup,
+            "big_turns": args.big_turns,
+            "budget_chars": 8000,
+            "server": "ThrowawayServer: fsync=off, synchronous_commit=off, full_page_writes=off",
+        },
+        "reads": shape,
+        "paths": st,
+        "comparisons": comps,
+        "info": info,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The budget rule of a read (SPEC §3), as plain Python. Pure.
+
+The database runs the same rule in one SQL statement (``sessions._WINDOW``); this module is its
+specification, checked against it by the property tests, and the arithmetic of the warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aidb_memory_server.errors import invalid
+
+BUDGET_MAX = 100_000_000
+TURNS_MAX = 1_000_000
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the rule needs of a stored turn."""
+
+    seq: int
+    round_start: int
+    chars: int
+
+
+def check_limits(fn: str, limit_chars: int | None, limit_turns: int | None) -> None:
+    """Budgets are positive and sane (22023 otherwise)."""
+    if limit_chars is not None and not 1 <= limit_chars <= BUDGET_MAX:
+        raise invalid(
+            fn, "limit_chars", f"must be between 1 and {BUDGET_MAX}, or NULL for no budget"
+        )
+    if limit_turns is not None and not 1 <= limit_turns <= TURNS_MAX:
+        raise invalid(fn, "limit_turns", f"must be between 1 and {TURNS_MAX}, or NULL for no limit")
+
+
+def window(rows: Sequence[Row], limit_chars: int | None, limit_turns: int | None) -> list[Row]:
+    """The newest whole rounds that fit both limits; history stays contiguous.
+
+    ``rows`` are a session's readable turns in order. Scanning from the newest, a cut is allowed
+    before a turn when no round crosses it (the turn's seq equals the smallest round_start seen);
+    the answer is the oldest allowed cut whose suffix fits.
+    """
+    best = len(rows)
+    chars = 0
+    smallest_start = None
+    for i in range(len(rows) - 1, -1, -1):
+        row = rows[i]
+        chars += row.chars
+        count = len(rows) - i
+        if (limit_chars is not None and chars > limit_chars) or (
+            limit_turns is not None and count > limit_turns
+        ):
+            break
+        smallest_start = (
+            row.round_start if smallest_start is None else min(smallest_start, row.round_start)
+        )
+        if row.seq == smallest_start:
+            best = i
+    return list(rows[best:])
+
+
+def compaction_warning(limit_chars: int, min_target_chars: int) -> str:
+    """Why an over-budget read did not compact. A summarizer arrives with models; until then
+    every over-budget read reports that no model is available, unless the budget is too small
+    for any summary (a quarter of it below ``compaction_min_target_chars``)."""
+    if limit_chars // 4 < min_target_chars:
+        return "compaction_budget_too_small"
+    return "compaction_model_unavailable"

@@ -1,0 +1,777 @@
+"""Sessions (SPEC §3): the thin database layer over ``turns`` and ``budget``.
+
+Every statement is prepared once per connection (``db.execute``). ``add`` costs three statements
+on its common path (namespace, position allocation, one insert of event + turns + tail), a read
+two (its plan here, then one window query in SQL whose jsonb never passes through Python).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aidb_memory_server import budget, db, turns, validation
+from aidb_memory_server.errors import (
+    INSUFFICIENT_PRIVILEGE,
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    UNDEFINED_OBJECT,
+    UNIQUE_VIOLATION,
+    ApiError,
+    invalid,
+    required,
+)
+
+# session_user comes with the namespace, on every call: SET SESSION AUTHORIZATION changes it
+# within a connection, so it must not be remembered.
+_NAMESPACE = """
+SELECT id, state, config::text AS config, model_spec::text AS model_spec,
+       session_user::text AS caller
+FROM aidb_memory.namespace WHERE name = $1
+"""
+
+
+class Namespace:
+    """A namespace row with its effective config."""
+
+    __slots__ = ("caller", "config", "id", "model_spec", "name", "state")
+
+    def __init__(self, name: str, row: Any) -> None:
+        self.name = name
+        self.id = int(row["id"])
+        self.state = row["state"]
+        self.caller = row["caller"]
+        self.config, self.model_spec = _parsed(row["config"], row["model_spec"])
+
+    def limits(self) -> turns.Limits:
+        c = self.config
+        return turns.Limits(c["max_turn_chars"], c["max_turns_per_add"], c["max_identifier_chars"])
+
+
+_parsed_cache: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _parsed(config: str, model_spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The effective config and model_spec of a namespace, parsed once per connection and
+    text (the row is read on every call, so a change is seen at once; only parsing is saved).
+    Callers never mutate them."""
+    key = (config, model_spec)
+    hit = _parsed_cache.get(key)
+    if hit is None:
+        if len(_parsed_cache) > 256:
+            _parsed_cache.clear()
+        hit = (validation.effective_config(json.loads(config)), json.loads(model_spec))
+        _parsed_cache[key] = hit
+    return hit
+
+
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: what would
+# break a one-line message or hide in an id (as validation.namespace_name refuses them).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def quote(text: str, limit: int = 200) -> str:
+    """``text`` quoted for an error message, on one line and cut to ``limit`` characters,
+    whatever the caller put in it."""
+    quoted = json.dumps(text if len(text) <= limit else text[: limit - 1] + "…", ensure_ascii=False)
+    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
+def identifier(
+    fn: str, field: str, value: str | None, limit: int, *, optional: bool = False
+) -> str | None:
+    """An id argument: required unless ``optional``, non-empty, bounded, no control characters."""
+    if value is None:
+        if optional:
+            return None
+        raise required(fn, field)
+    if not value.strip():
+        raise invalid(fn, field, "must not be empty")
+    if len(value) > limit:
+        raise invalid(fn, field, f"is longer than {limit} characters")
+    if _UNPRINTABLE.search(value):
+        raise invalid(fn, field, "must not contain control characters")
+    return value
+
+
+def check_namespace(
+    fn: str, name: str, row: Any, actor_id: str | None, *, writing: bool
+) -> tuple[Namespace, str]:
+    """Check a fetched namespace row (or None) and the actor against it."""
+    if row is None or row["id"] is None:
+        raise ApiError(
+            UNDEFINED_OBJECT,
+            f"aidb_memory.{fn}: namespace {quote(name)} does not exist",
+            hint="an admin creates it with aidb_memory.init",
+        )
+    ns = Namespace(name, row)
+    actor = identifier(fn, "actor_id", actor_id, ns.config["max_identifier_chars"])
+    assert actor is not None
+    if ns.config["actor_binding"] == "session_user" and actor != ns.caller:
+        raise ApiError(
+            INSUFFICIENT_PRIVILEGE,
+            f"aidb_memory.{fn}: actor_id {quote(actor)} is not the calling role",
+            hint=f"namespace {quote(name)} binds actor_id to the logged-in role "
+            "(config.actor_binding)",
+        )
+    if writing and ns.state != "ACTIVE":
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.{fn}: namespace {quote(name)} is INACTIVE",
+            hint="an admin can reactivate it with aidb_memory.namespace_update",
+        )
+    return ns, actor
+
+
+def namespace(
+    fn: str, name: str | None, actor_id: str | None, *, writing: bool
+) -> tuple[Namespace, str]:
+    """Resolve the namespace and check the actor: (namespace, actor_id) or a SQL error."""
+    if name is None:
+        raise required(fn, "namespace")
+    rows = db.execute(_NAMESPACE, ("text",), (name,))
+    return check_namespace(fn, name, rows[0] if rows.nrows() else None, actor_id, writing=writing)
+
+
+# --- session_start ---------------------------------------------------------------------------
+
+# Two statements rather than IS NOT DISTINCT FROM, so that both can use session_actor_idx.
+_PREV_HANDOFF = """
+SELECT handoff::text AS handoff FROM aidb_memory.session
+WHERE namespace_id = $1 AND actor_id = $2 AND agent_id = $3
+  AND closed_at IS NOT NULL AND session_id <> $4
+ORDER BY closed_at DESC, id DESC
+LIMIT 1
+"""
+_PREV_HANDOFF_NO_AGENT = """
+SELECT handoff::text AS handoff FROM aidb_memory.session
+WHERE namespace_id = $1 AND actor_id = $2 AND agent_id IS NULL
+  AND closed_at IS NOT NULL AND session_id <> $3
+ORDER BY closed_at DESC, id DESC
+LIMIT 1
+"""
+_CREATE = """
+INSERT INTO aidb_memory.session (namespace_id, actor_id, session_id, agent_id, prev_handoff)
+VALUES ($1, $2, $3, $4, $5::jsonb)
+ON CONFLICT (namespace_id, actor_id, session_id) DO NOTHING
+"""
+_START_ROW = """
+SELECT session_id, to_json(started_at) #>> '{}' AS started_at,
+       to_json(closed_at) #>> '{}' AS closed_at, prev_handoff::text AS prev_handoff
+FROM aidb_memory.session
+WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+"""
+_NEW_UUID = "SELECT gen_random_uuid()::text AS id"
+
+
+def _create_session(ns: Namespace, actor: str, session_id: str, agent_id: str | None) -> None:
+    if agent_id is None:
+        prev = db.execute(
+            _PREV_HANDOFF_NO_AGENT, ("bigint", "text", "text"), (ns.id, actor, session_id)
+        )
+    else:
+        prev = db.execute(
+            _PREV_HANDOFF, ("bigint", "text", "text", "text"), (ns.id, actor, agent_id, session_id)
+        )
+    handoff = prev[0]["handoff"] if prev.nrows() else None
+    db.execute(
+        _CREATE,
+        ("bigint", "text", "text", "text", "text"),
+        (ns.id, actor, session_id, agent_id, handoff),
+    )
+
+
+def session_start(
+    namespace_name: str | None, actor_id: str | None, agent_id: str | None, session_id: str | None
+) -> list[dict[str, Any]]:
+    """Open (or resume) a session; returns its stored row."""
+    fn = "session_start"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
+    limit = ns.config["max_identifier_chars"]
+    agent = identifier(fn, "agent_id", agent_id, limit, optional=True)
+    sid = identifier(fn, "session_id", session_id, limit, optional=True)
+    if sid is None:
+        sid = db.execute(_NEW_UUID)[0]["id"]
+    rows = db.execute(_START_ROW, ("bigint", "text", "text"), (ns.id, actor, sid))
+    if not rows.nrows():
+        _create_session(ns, actor, sid, agent)
+        rows = db.execute(_START_ROW, ("bigint", "text", "text"), (ns.id, actor, sid))
+    return [dict(rows[0])]
+
+
+# --- add ---------------------------------------------------------------------------------------
+
+_BY_KEY = """
+SELECT public_id::text AS public_id, turns_hash FROM aidb_memory.event
+WHERE namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
+"""
+# The hot path's first statement: the namespace, the session row locked (positions are
+# allocated under this lock, so they are gap-free), and an earlier event with this key.
+_LOCK_FOR_ADD = """
+SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
+       session_user::text AS caller,
+       s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
+       s.tail_sequence_id, s.tail_round_start, s.open_calls,
+       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
+FROM aidb_memory.session s
+JOIN aidb_memory.namespace n ON n.id = s.namespace_id
+LEFT JOIN aidb_memory.event r
+       ON $4::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
+      AND r.idempotency_key = $4
+WHERE n.name = $1 AND s.actor_id = $2 AND s.session_id = $3
+FOR NO KEY UPDATE OF s
+"""
+_NAMESPACE_AND_KEY = """
+SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
+       session_user::text AS caller,
+       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
+FROM aidb_memory.namespace n
+LEFT JOIN aidb_memory.event r
+       ON $3::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
+      AND r.idempotency_key = $3
+WHERE n.name = $1
+"""
+# The second statement: the event, the turns, the session's counters and tail. With an
+# idempotency key the event insert may meet a concurrent twin (committed after our snapshot);
+# then nothing else is written and no row comes back.
+_STORE = """
+WITH e AS (
+    INSERT INTO aidb_memory.event
+        (namespace_id, actor_id, agent_id, session_id, idempotency_key, turns_hash, turns,
+         turn_count, status)
+    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+    ON CONFLICT (namespace_id, actor_id, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING id, public_id
+), t AS (
+    INSERT INTO aidb_memory.turn
+        (session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
+         tool_calls, tool_call_id, meta, event_ref)
+    SELECT $10, $11 + u.o - 1, u.round_start, u.char_offset, u.chars, u.role, u.content, u.kind,
+           u.name, u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, e.id
+    FROM e, unnest($12::bigint[], $13::bigint[], $14::int[], $15::text[], $16::text[], $17::text[],
+                   $18::text[], $19::text[], $20::text[], $21::text[])
+         WITH ORDINALITY AS u(round_start, char_offset, chars, role, content, kind, name,
+                              tool_calls, tool_call_id, meta, o)
+    WHERE $10 IS NOT NULL
+), s AS (
+    UPDATE aidb_memory.session
+    SET next_seq = next_seq + $8, total_chars = total_chars + $26, updated_at = now(),
+        tail_sequence_id = $22, tail_round_start = $23, open_calls = $24,
+        last_user_seq = coalesce($25, last_user_seq)
+    WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
+)
+SELECT public_id::text AS public_id FROM e
+"""
+_STORE_TYPES = (
+    *("bigint", "text", "text", "text", "text", "text", "text", "int", "text"),
+    *("bigint", "bigint", "bigint[]", "bigint[]", "int[]"),
+    *("text[]",) * 7,
+    *("text", "bigint", "text[]", "bigint", "bigint"),
+)
+_NO_TURNS: tuple[Any, ...] = ([],) * 10
+
+
+def _event_status(ns: Namespace) -> str:
+    # Extraction needs a model; without one (or with extraction off) the event is skipped.
+    return "accepted" if ns.config["extraction"] and ns.model_spec.get("llm") else "skipped"
+
+
+def _replayed(fn: str, public_id: str, stored_hash: str | None, new_hash: str, key: str) -> str:
+    if stored_hash != new_hash:
+        raise ApiError(
+            UNIQUE_VIOLATION,
+            f"aidb_memory.{fn}: idempotency_key {quote(key)} was already used with a different "
+            "batch (other turns, session or agent)",
+            hint="use a new idempotency_key for a new batch; a retry must send the same request",
+        )
+    return public_id
+
+
+def _after_lost_race(fn: str, ns: Namespace, actor: str, key: str | None, batch_hash: str) -> str:
+    # Our event insert met a twin committed after our snapshot: answer as a retry of it.
+    assert key is not None
+    seen = db.execute(_BY_KEY, ("bigint", "text", "text"), (ns.id, actor, key))
+    return _replayed(fn, seen[0]["public_id"], seen[0]["turns_hash"], batch_hash, key)
+
+
+def add(
+    namespace_name: str | None,
+    actor_id: str | None,
+    turns_json: str | None,
+    session_id: str | None,
+    agent_id: str | None,
+    idempotency_key: str | None,
+) -> str:
+    """Store a batch of turns (all or none) and record its event; returns the event id.
+
+    Two statements on the common path: lock (namespace, session, key), then store.
+    """
+    fn = "add"
+    if namespace_name is None:
+        raise required(fn, "namespace")
+    if turns_json is None:
+        raise required(fn, "turns")
+    if actor_id is None:
+        raise required(fn, "actor_id")
+    if session_id is None:
+        row = _one(
+            db.execute(
+                _NAMESPACE_AND_KEY,
+                ("text", "text", "text"),
+                (namespace_name, actor_id, idempotency_key),
+            )
+        )
+    else:
+        row = _one(
+            db.execute(
+                _LOCK_FOR_ADD,
+                ("text", "text", "text", "text"),
+                (namespace_name, actor_id, session_id, idempotency_key),
+            )
+        )
+        if row is None:  # a new session, or no such namespace
+            ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
+            sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+            assert sid is not None
+            _validate_batch(fn, ns, turns_json)  # refuse a bad batch before creating anything
+            agent = identifier(
+                fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
+            )
+            _create_session(ns, actor, sid, agent)
+            row = _one(
+                db.execute(
+                    _LOCK_FOR_ADD,
+                    ("text", "text", "text", "text"),
+                    (namespace_name, actor_id, session_id, idempotency_key),
+                )
+            )
+    ns, actor = check_namespace(fn, namespace_name, row, actor_id, writing=True)
+    limit = ns.config["max_identifier_chars"]
+    sid = identifier(fn, "session_id", session_id, limit, optional=True)
+    agent = identifier(fn, "agent_id", agent_id, limit, optional=True)
+    key = identifier(fn, "idempotency_key", idempotency_key, limit, optional=True)
+    raw, checked = _validate_batch(fn, ns, turns_json)
+    batch_hash = turns.turns_hash(turns_json, sid, agent) if key is not None else None
+    if row["replay_id"] is not None:
+        assert key is not None and batch_hash is not None
+        return _replayed(fn, row["replay_id"], row["replay_hash"], batch_hash, key)
+    status = _event_status(ns)
+
+    if sid is None:
+        turns.check_protocol(fn, checked, turns.Tail())
+        stored = db.execute(
+            _STORE,
+            _STORE_TYPES,
+            (
+                ns.id,
+                actor,
+                agent,
+                None,
+                key,
+                batch_hash,
+                turns_json,
+                len(raw),
+                status,
+                None,
+                None,
+                *_NO_TURNS,
+                None,
+                None,
+                [],
+                None,
+                0,
+            ),
+        )
+        if stored.nrows():
+            return str(stored[0]["public_id"])
+        return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+
+    if row["closed"]:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.add: session {quote(sid)} is closed",
+            hint="session_end closed it; start a new session for new turns",
+        )
+    tail = turns.Tail(
+        row["tail_sequence_id"], row["tail_round_start"], list(row["open_calls"] or ())
+    )
+    open_after = turns.check_protocol(fn, checked, tail)
+    first_seq = int(row["next_seq"])
+    starts = turns.place_in_rounds(checked, first_seq, tail)
+    offsets, running = [], int(row["total_chars"])
+    last_user = None
+    for i, t in enumerate(checked):
+        offsets.append(running)
+        running += t.chars
+        if t.role == "user":
+            last_user = first_seq + i
+    stored = db.execute(
+        _STORE,
+        _STORE_TYPES,
+        (
+            ns.id,
+            actor,
+            agent,
+            sid,
+            key,
+            batch_hash,
+            None,
+            len(checked),
+            status,
+            row["ref"],
+            first_seq,
+            starts,
+            offsets,
+            [t.chars for t in checked],
+            [t.role for t in checked],
+            [t.content for t in checked],
+            [t.kind for t in checked],
+            [t.name for t in checked],
+            [json.dumps(t.tool_calls) if t.tool_calls else None for t in checked],
+            [t.tool_call_id for t in checked],
+            [json.dumps(t.meta) if t.meta else "{}" for t in checked],
+            turns.tail_sequence_id(checked, tail),
+            starts[-1],
+            open_after,
+            last_user,
+            running - int(row["total_chars"]),
+        ),
+    )
+    if stored.nrows():
+        return str(stored[0]["public_id"])
+    return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+
+
+def _one(rows: Any) -> Any:
+    return rows[0] if rows.nrows() else None
+
+
+def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any], list[turns.Turn]]:
+    limits = ns.limits()
+    raw = turns.parse_turns(fn, turns_json, limits)
+    return raw, [turns.validate_turn(fn, i, t, limits) for i, t in enumerate(raw)]
+
+
+# --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
+
+# One statement for the namespace and the session (NULLs when there is no such session).
+_NAMESPACE_AND_SESSION = """
+SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
+       session_user::text AS caller,
+       s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start
+FROM aidb_memory.namespace n
+LEFT JOIN aidb_memory.session s
+       ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
+WHERE n.name = $1
+"""
+_OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+_NO_SESSION: dict[str, Any] = {
+    "session_ref": None,
+    "lo_offset": 0,
+    "lo_seq": 0,
+    "hi_offset": 0,
+    "hi_seq": 0,
+    "readable_chars": 0,
+    "compacted_entries": 0,
+    "warnings": [],
+}
+
+
+def _offset_of(session_ref: int, seq: int) -> int:
+    return int(db.execute(_OFFSET_OF, ("bigint", "bigint"), (session_ref, seq))[0]["char_offset"])
+
+
+READERS = ("session_get", "session_messages")
+
+
+def session_read_plan(
+    namespace_name: str | None,
+    actor_id: str | None,
+    session_id: str | None,
+    limit_chars: int | None,
+    fallback_model: str | None,
+    limit_turns: int | None,
+    caller: str | None,
+) -> dict[str, Any]:
+    """Which turns a read may return: bounds in (char_offset, seq) order, plus warnings.
+
+    Lower bound: the budget (``end - limit_chars``) and ``limit_turns``; upper bound: the end of
+    the history, before a round still waiting for tool results. The SQL window then keeps the
+    newest whole rounds inside the bounds. ``caller`` is the API function that errors name.
+
+    The SQL function is STABLE, so these queries run in the snapshot of the window query that
+    calls it: the bounds and the turns they select are one consistent state of the session.
+    """
+    fn = caller if caller in READERS else "session_get"
+    if namespace_name is None:
+        raise required(fn, "namespace")
+    s = _one(
+        db.execute(
+            _NAMESPACE_AND_SESSION, ("text", "text", "text"), (namespace_name, actor_id, session_id)
+        )
+    )
+    ns, _ = check_namespace(fn, namespace_name, s, actor_id, writing=False)
+    identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+    budget.check_limits(fn, limit_chars, limit_turns)
+    if s["ref"] is None:
+        return dict(_NO_SESSION)
+    ref, next_seq = int(s["ref"]), int(s["next_seq"])
+    warnings: list[str] = []
+    end_offset, end_seq = int(s["total_chars"]), next_seq
+    if s["open_calls"]:
+        # A round whose tool calls have no results yet is not history a model can be sent.
+        end_seq = int(s["tail_round_start"])
+        end_offset = _offset_of(ref, end_seq)
+        warnings.append("tool_results_pending")
+    lo_offset, lo_seq = 0, 1
+    readable = end_offset - lo_offset
+    if limit_chars is not None:
+        lo_offset, lo_seq = max((lo_offset, lo_seq), (end_offset - limit_chars, 0))
+        if readable > limit_chars:
+            warnings.append(
+                budget.compaction_warning(limit_chars, ns.config["compaction_min_target_chars"])
+            )
+    if limit_turns is not None:
+        first = end_seq - limit_turns
+        if first > lo_seq:
+            lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(ref, first), first))
+    return {
+        "session_ref": ref,
+        "lo_offset": lo_offset,
+        "lo_seq": lo_seq,
+        "hi_offset": end_offset,
+        "hi_seq": end_seq,
+        "readable_chars": readable,
+        "compacted_entries": 0,
+        "warnings": warnings,
+    }
+
+
+# --- session_end -------------------------------------------------------------------------------
+
+_LOCK_SESSION = """
+SELECT id, closed_at IS NOT NULL AS closed, next_seq, last_user_seq, tail_round_start
+FROM aidb_memory.session
+WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+FOR UPDATE
+"""
+# The handoff is built from stored facts only (no model call), so it is deterministic.
+_CLOSE = """
+UPDATE aidb_memory.session s
+SET closed_at = now(), updated_at = now(),
+    handoff = jsonb_build_object(
+        'notes', $2::text,
+        'session_id', s.session_id,
+        'agent_id', s.agent_id,
+        'started_at', s.started_at,
+        'closed_at', now(),
+        'turn_count', s.next_seq - 1,
+        'last_user_prompt',
+            (SELECT t.content FROM aidb_memory.turn t
+             WHERE t.session_ref = s.id AND t.seq = s.last_user_seq),
+        'summary',
+            (SELECT jsonb_build_object('content', m.content, 'from_seq', m.from_seq,
+                                       'to_seq', m.to_seq, 'model', m.model)
+             FROM aidb_memory.summary m WHERE m.session_ref = s.id
+             ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))
+WHERE s.id = $1
+RETURNING handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
+"""
+_STORED_HANDOFF = """
+SELECT handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
+FROM aidb_memory.session WHERE id = $1
+"""
+
+
+def session_end(
+    namespace_name: str | None, actor_id: str | None, session_id: str | None, notes: str | None
+) -> list[dict[str, Any]]:
+    """Close a session and store its handoff; a second call returns the stored one."""
+    fn = "session_end"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+    if notes is not None and len(notes) > ns.config["max_turn_chars"]:
+        raise invalid(fn, "notes", f"is longer than {ns.config['max_turn_chars']} characters")
+    rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
+    if not rows.nrows():
+        return []
+    ref = rows[0]["id"]
+    if rows[0]["closed"]:
+        return [dict(db.execute(_STORED_HANDOFF, ("bigint",), (ref,))[0])]
+    return [dict(db.execute(_CLOSE, ("bigint", "text"), (ref, notes))[0])]
+
+
+# --- session_pop -------------------------------------------------------------------------------
+
+_POP = """
+DELETE FROM aidb_memory.turn t WHERE t.session_ref = $1 AND t.seq = $2
+RETURNING t.chars, t.role,
+    (jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content, 'kind', t.kind,
+                        'meta', t.meta, 'created_at', t.created_at)
+     || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
+                                             'tool_call_id', t.tool_call_id,
+                                             'name', t.name)))::text AS item
+"""
+_DROP_COVERING = "DELETE FROM aidb_memory.summary WHERE session_ref = $1 AND to_seq >= $2"
+# The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
+# without its own carries that of the turn before it.
+_TAIL_TURN = """
+SELECT t.round_start,
+       (SELECT e.meta->>'sequence_id' FROM aidb_memory.turn e
+        WHERE e.session_ref = $1 AND e.seq <= $2
+          AND (e.role <> 'tool' OR e.meta->>'sequence_id' IS NOT NULL)
+        ORDER BY e.seq DESC LIMIT 1) AS sequence_id
+FROM aidb_memory.turn t
+WHERE t.session_ref = $1 AND t.seq = $2
+"""
+_LAST_CALL = """
+SELECT seq, tool_calls::text AS tool_calls FROM aidb_memory.turn
+WHERE session_ref = $1 AND seq >= $2 AND tool_calls IS NOT NULL
+ORDER BY seq DESC LIMIT 1
+"""
+_ANSWERED = """
+SELECT tool_call_id FROM aidb_memory.turn WHERE session_ref = $1 AND seq > $2 AND role = 'tool'
+"""
+_LAST_USER = "SELECT max(seq) AS seq FROM aidb_memory.turn WHERE session_ref = $1 AND role = 'user'"
+_SET_TAIL = """
+UPDATE aidb_memory.session
+SET next_seq = $2, total_chars = total_chars - $3, tail_sequence_id = $4, tail_round_start = $5,
+    open_calls = $6, last_user_seq = $7, updated_at = now()
+WHERE id = $1
+"""
+
+
+def _tail_after_pop(ref: int, last: int) -> tuple[str | None, int | None, list[str]]:
+    if last < 1:
+        return None, None, []
+    tail = db.execute(_TAIL_TURN, ("bigint", "bigint"), (ref, last))[0]
+    round_start = int(tail["round_start"])
+    call = db.execute(_LAST_CALL, ("bigint", "bigint"), (ref, round_start))
+    open_calls: list[str] = []
+    if call.nrows():
+        answered = {
+            r["tool_call_id"]
+            for r in db.execute(_ANSWERED, ("bigint", "bigint"), (ref, call[0]["seq"]))
+        }
+        open_calls = [c["id"] for c in json.loads(call[0]["tool_calls"]) if c["id"] not in answered]
+    return tail["sequence_id"], round_start, open_calls
+
+
+def session_pop(
+    namespace_name: str | None, actor_id: str | None, session_id: str | None
+) -> str | None:
+    """Remove and return the newest turn (NULL when empty); a summary covering it goes too."""
+    fn = "session_pop"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
+    sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+    assert sid is not None
+    rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
+    if not rows.nrows() or int(rows[0]["next_seq"]) <= 1:
+        return None
+    s = rows[0]
+    if s["closed"]:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.session_pop: session {quote(sid)} is closed",
+            hint="a closed session keeps its history as it was handed off",
+        )
+    ref, seq = int(s["id"]), int(s["next_seq"]) - 1
+    popped = db.execute(_POP, ("bigint", "bigint"), (ref, seq))[0]
+    db.execute(_DROP_COVERING, ("bigint", "bigint"), (ref, seq))
+    sequence_id, round_start, open_calls = _tail_after_pop(ref, seq - 1)
+    last_user = s["last_user_seq"]
+    if last_user is not None and int(last_user) >= seq:
+        last_user = db.execute(_LAST_USER, ("bigint",), (ref,))[0]["seq"]
+    db.execute(
+        _SET_TAIL,
+        ("bigint", "bigint", "bigint", "text", "bigint", "text[]", "bigint"),
+        (ref, seq, popped["chars"], sequence_id, round_start, open_calls, last_user),
+    )
+    return str(popped["item"])
+
+
+# --- session_list, session_delete --------------------------------------------------------------
+
+_LIST = """
+SELECT session_id, agent_id, to_json(started_at) #>> '{}' AS started_at,
+       to_json(closed_at) #>> '{}' AS closed_at, next_seq - 1 AS turn_count, total_chars,
+       to_json(updated_at) #>> '{}' AS updated_at
+FROM aidb_memory.session
+WHERE namespace_id = $1 AND actor_id = $2 AND ($3::text IS NULL OR agent_id = $3)
+  AND ($4 OR closed_at IS NULL)
+ORDER BY updated_at DESC, id DESC
+LIMIT $5
+"""
+LIST_MAX = 1000
+
+
+def session_list(
+    namespace_name: str | None,
+    actor_id: str | None,
+    agent_id: str | None,
+    include_closed: bool | None,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """An actor's sessions, newest activity first: index rows, never transcripts."""
+    fn = "session_list"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    agent = identifier(fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True)
+    n = 50 if limit is None else limit
+    if not 1 <= n <= LIST_MAX:
+        raise invalid(fn, "limit", f"must be between 1 and {LIST_MAX}")
+    return [
+        dict(r)
+        for r in db.execute(
+            _LIST,
+            ("bigint", "text", "text", "boolean", "int"),
+            (ns.id, actor, agent, True if include_closed is None else include_closed, n),
+        )
+    ]
+
+
+_DELETE = """
+WITH s AS (
+    DELETE FROM aidb_memory.session WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+    RETURNING id, next_seq - 1 AS turns
+), a AS (
+    INSERT INTO aidb_memory.audit_log (by_role, action, namespace, subject_hash, counts, reason)
+    SELECT session_user, 'session_delete', $4, $5,
+           jsonb_build_object('sessions', count(*), 'turns', coalesce(sum(turns), 0)), $6
+    FROM s HAVING count(*) > 0
+)
+SELECT coalesce(sum(turns), 0)::bigint AS turns FROM s
+"""
+
+
+_AUDIT_KEY = "SELECT key FROM aidb_memory.audit_key"
+
+
+def subject_hash(*parts: str) -> str:
+    """What the audit log keeps instead of ids (erasure must not leave them behind): an HMAC
+    under the database's own random key, so a guessed id cannot be confirmed without it."""
+    import hashlib
+    import hmac
+
+    key = db.execute(_AUDIT_KEY)[0]["key"]
+    return hmac.new(key.encode(), "\0".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def session_delete(
+    namespace_name: str | None, actor_id: str | None, session_id: str | None, reason: str | None
+) -> int:
+    """Delete a session with its turns and summaries; the reason goes to the audit log."""
+    fn = "session_delete"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+    if reason is None:
+        raise required(fn, "reason")
+    if not reason.strip():
+        raise invalid(fn, "reason", "must not be empty", hint="say why, for the audit log")
+    assert sid is not None
+    rows = db.execute(
+        _DELETE,
+        ("bigint", "text", "text", "text", "text", "text"),
+        (ns.id, actor, sid, ns.name, subject_hash(ns.name, actor, sid), reason),
+    )
+    return int(rows[0]["turns"])

@@ -1,0 +1,261 @@
+-- Sessions (SPEC §3): the conversation-history API, named and shaped as EDB AIDB's.
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_start(
+    namespace text,
+    actor_id text,
+    agent_id text,
+    session_id text DEFAULT NULL
+)
+RETURNS TABLE (session_id text, started_at timestamptz, closed_at timestamptz, prev_handoff jsonb)
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_start $py$;
+COMMENT ON FUNCTION aidb_memory.session_start(text, text, text, text) IS
+'Open a conversation, or resume one: returns the stored row. agent_id has no default (pass NULL). '
+'A NULL session_id creates a UUID. A closed session stays closed and reports closed_at. '
+'prev_handoff: the handoff of the most recently closed other session of the same namespace, actor '
+'and agent, fixed when the session is first started. Errors: 22004, 22023, 42704, 42501, 55000.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.add(
+    namespace text,
+    actor_id text,
+    turns jsonb,
+    session_id text DEFAULT NULL,
+    agent_id text DEFAULT NULL,
+    idempotency_key text DEFAULT NULL
+)
+RETURNS uuid
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.add $py$;
+COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
+'Store a batch of turns, all or none, and record an event for long-term memory; returns the event '
+'id. With session_id the turns are appended to that session (created on first use) at gap-free '
+'positions. A repeated idempotency_key returns the original event id and writes nothing. Errors: '
+'22004 NULL argument, 22023 malformed turns (message names turn index and field), 42704 unknown '
+'namespace, 42501 actor binding, 55000 closed session or INACTIVE namespace, 23505 key reused '
+'with different turns.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_read_plan(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer,
+    fallback_model text,
+    limit_turns integer,
+    caller text,
+    OUT session_ref bigint,
+    OUT lo_offset bigint,
+    OUT lo_seq bigint,
+    OUT hi_offset bigint,
+    OUT hi_seq bigint,
+    OUT readable_chars bigint,
+    OUT compacted_entries integer,
+    OUT warnings text[]
+)
+-- STABLE: its queries run in the snapshot of the statement that calls it (session_history's
+-- window), so that the bounds and the turns they select are the same state of the session. A
+-- VOLATILE plan would read a newer state than the window, e.g. tool results committed
+-- meanwhile, and the window would return their call without them.
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_read_plan $py$;
+COMMENT ON FUNCTION aidb_memory.session_read_plan(text, text, text, integer, text, integer, text) IS
+'Internal (called by session_history): validates a read and returns the bounds, in '
+'(char_offset, seq) order, of the turns it may return, with its warnings. caller is the API '
+'function that error messages name.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_history(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer,
+    fallback_model text,
+    limit_turns integer,
+    caller text
+)
+RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
+    -- re-plans its body on every call; plpgsql keeps the plan for the connection.
+    RETURN QUERY
+    -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset, seq));
+    -- the window keeps the newest whole rounds: a cut is allowed before a turn whose seq equals
+    -- the smallest round_start at or after it.
+    SELECT coalesce(w.items, '[]'::jsonb),
+           p.readable_chars - coalesce(w.chars, 0),
+           p.compacted_entries,
+           p.warnings
+    FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7) AS p
+    LEFT JOIN LATERAL (
+        SELECT jsonb_agg(
+                   jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
+                                      'kind', m.kind, 'meta', m.meta, 'created_at', m.created_at)
+                   || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
+                                                           'tool_call_id', m.tool_call_id,
+                                                           'name', m.name))
+                   ORDER BY m.seq) AS items,
+               sum(m.chars) AS chars
+        FROM (
+            SELECT f.*, min(CASE WHEN f.seq = f.round_floor THEN f.seq END) OVER () AS cut
+            FROM (
+                SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
+                       t.tool_call_id, t.name, t.chars,
+                       min(t.round_start) OVER (ORDER BY t.seq DESC) AS round_floor
+                FROM aidb_memory.turn AS t
+                WHERE t.session_ref = p.session_ref
+                  AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
+                  AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
+            ) AS f
+        ) AS m
+        WHERE m.seq >= m.cut
+    ) AS w ON true;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.session_history(text, text, text, integer, text, integer, text) IS
+'Internal: the budgeted read behind session_get and session_messages (caller names the one whose '
+'errors it raises).';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_get(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer DEFAULT NULL,
+    fallback_model text DEFAULT NULL,
+    limit_turns integer DEFAULT NULL
+)
+RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_get');
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.session_get(text, text, text, integer, text, integer) IS
+'Read a session''s history in order. Without limit_chars: everything. With it: the newest whole '
+'reasoning rounds whose chars (content plus tool-call arguments) fit; a round that does not fit is '
+'dropped whole with everything older. limit_turns bounds the number of turns the same way. '
+'Returns items, overflow_chars (history left out), compacted_entries, warnings. Another actor''s '
+'session reads as empty. Errors: 22004, 22023 bad budget, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_messages(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer DEFAULT NULL,
+    fallback_model text DEFAULT NULL,
+    limit_turns integer DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(
+        CASE
+            WHEN e.item->>'kind' = 'summary' THEN
+                jsonb_build_object('role', 'system', 'content', e.item->>'content')
+            WHEN e.item->>'role' = 'tool' THEN
+                jsonb_build_object('role', 'tool', 'tool_call_id', e.item->>'tool_call_id',
+                                   'content', e.item->>'content')
+            WHEN e.item ? 'tool_calls' THEN
+                jsonb_build_object('role', 'assistant', 'content', e.item->'content',
+                                   'tool_calls', e.item->'tool_calls')
+                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
+            ELSE
+                jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
+                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
+        END ORDER BY e.ord), '[]'::jsonb)
+    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_messages') AS s,
+         jsonb_array_elements(s.items) WITH ORDINALITY AS e(item, ord));
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer) IS
+'The same history as session_get, as an OpenAI chat messages array ready for '
+'chat.completions.create: summaries as system messages, tool calls and tool results in OpenAI''s '
+'format. Same parameters and errors as session_get.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_end(
+    namespace text,
+    actor_id text,
+    session_id text,
+    notes text DEFAULT NULL
+)
+RETURNS TABLE (handoff jsonb, closed_at timestamptz)
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_end $py$;
+COMMENT ON FUNCTION aidb_memory.session_end(text, text, text, text) IS
+'Close a session and store its handoff (no model call): notes, session and agent ids, times, turn '
+'count, the last user prompt and the newest summary. A second call returns the stored handoff. '
+'An unknown session returns no row. Errors: 22004, 22023, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_pop(namespace text, actor_id text, session_id text)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_pop $py$;
+COMMENT ON FUNCTION aidb_memory.session_pop(text, text, text) IS
+'Undo: remove and return the newest turn (NULL when the session is empty); a summary covering it '
+'is removed too. Pop until a user turn comes back to walk back a whole exchange. Errors: 22004, '
+'22023, 42704, 42501, 55000 closed session.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_list(
+    namespace text,
+    actor_id text,
+    agent_id text DEFAULT NULL,
+    include_closed boolean DEFAULT true,
+    "limit" integer DEFAULT 50
+)
+RETURNS TABLE (
+    session_id text,
+    agent_id text,
+    started_at timestamptz,
+    closed_at timestamptz,
+    turn_count bigint,
+    total_chars bigint,
+    updated_at timestamptz
+)
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_list $py$;
+COMMENT ON FUNCTION aidb_memory.session_list(text, text, text, boolean, integer) IS
+'An actor''s sessions, most recently active first: index rows, never transcripts. agent_id filters; '
+'include_closed false leaves closed sessions out; limit 1..1000. Errors: 22004, 22023, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_delete(
+    namespace text,
+    actor_id text,
+    session_id text,
+    reason text
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ sessions.session_delete $py$;
+COMMENT ON FUNCTION aidb_memory.session_delete(text, text, text, text) IS
+'Delete a session with its turns and summaries; returns the number of turns removed. The reason is '
+'required and recorded in the audit log, which keeps no content. Errors: 22004 NULL reason, 22023 '
+'empty reason, 42704, 42501.';
+
+CREATE OR REPLACE VIEW aidb_memory.sessions AS
+SELECT n.name AS namespace, s.actor_id, s.session_id, s.agent_id, s.started_at, s.closed_at,
+       s.next_seq - 1 AS turn_count, s.total_chars, s.prev_handoff, s.handoff, s.updated_at
+FROM aidb_memory.session AS s
+JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id;
+COMMENT ON VIEW aidb_memory.sessions IS
+'Admins: every session with its counts and handoffs. API roles cannot read it.';
+
+CREATE OR REPLACE VIEW aidb_memory.events AS
+SELECT e.id AS event_id, e.public_id, e.correlation_id, e.namespace_id, e.actor_id, e.agent_id,
+       e.session_id, e.idempotency_key, e.status, e.attempts, e.last_error, e.created_at,
+       e.processed_at
+FROM aidb_memory.event AS e;
+COMMENT ON VIEW aidb_memory.events IS
+'Admins and workers: the long-term-memory event each add recorded, with its status '
+'(accepted, processing, processed, failed, skipped).';
