@@ -1,7 +1,8 @@
 """The budget rule of a read (SPEC §3), as plain Python. Pure.
 
-The database runs the same rule in one SQL statement (``sessions._WINDOW``); this module is its
-specification, checked against it by the property tests, and the arithmetic of the warnings.
+The database runs the same rule in one SQL statement (``session_history`` in sql/); this
+module is its specification, checked against it by the property tests, and the arithmetic of
+the warnings.
 """
 
 from __future__ import annotations
