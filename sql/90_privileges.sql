@@ -32,4 +32,14 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.catalog_fingerprint()
 TO aidb_admins;
 GRANT SELECT ON aidb_memory.sessions, aidb_memory.events TO aidb_admins;
+
+-- Models and secrets (SPEC §2): admins only. The secret and model_usage tables, like every
+-- table, are readable by no API role (the REVOKE above); only a superuser reads them.
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.create_model(text, text, jsonb),
+    aidb_memory.drop_model(text),
+    aidb_memory.set_secret(text, text),
+    aidb_memory.drop_secret(text)
+TO aidb_admins;
+GRANT SELECT ON aidb_memory.models TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;

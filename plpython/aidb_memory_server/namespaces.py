@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aidb_memory_server import db, validation
+from aidb_memory_server import db, models, validation
 from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError
 
 _INSERT = """
@@ -36,6 +36,7 @@ def init(name: str | None, model_spec: str | None, config: str | None) -> int:
     name = validation.namespace_name(fn, name)
     spec = validation.model_spec(fn, validation.json_object(fn, "model_spec", model_spec))
     cfg = validation.config(fn, validation.json_object(fn, "config", config))
+    models.require_registered(fn, spec)
     spec_text, cfg_text = json.dumps(spec), json.dumps(cfg)
     rows = db.execute(_INSERT, ("text", "text", "text"), (name, spec_text, cfg_text))
     if rows.nrows():
@@ -64,9 +65,10 @@ def namespace_update(
         )
     row = rows[0]
     spec = json.loads(row["model_spec"])
+    new_models: dict[str, Any] = {}
     if model_spec is not None:
         spec_changes = validation.json_object(fn, "model_spec", model_spec)
-        validation.model_spec(fn, spec_changes)
+        new_models = validation.model_spec(fn, spec_changes)
         spec = validation.merge(spec, spec_changes)
     cfg = json.loads(row["config"])
     if config is not None:
@@ -74,6 +76,7 @@ def namespace_update(
         validation.config(fn, cfg_changes)  # the changes themselves: a typo set to null too
         cfg = validation.merge(cfg, cfg_changes)
     new_state = validation.state(fn, state) if state is not None else row["state"]
+    models.require_registered(fn, new_models)  # only what changes: the rest was checked
     updated = db.execute(
         _UPDATE,
         ("bigint", "text", "text", "text"),

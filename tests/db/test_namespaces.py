@@ -34,10 +34,21 @@ def _row(db: Database, name: str) -> dict[str, Any]:
     return dict(row)
 
 
+def _register(db: Database, *names: str) -> None:
+    """Register builtin models under ``names``: a model_spec may only name registered models."""
+    for name in names:
+        db.sql(
+            "SELECT aidb_memory.create_model(%s, 'builtin', '{\"kind\": \"extractive\"}')",
+            (name,),
+            user=ADMIN_USER,
+        )
+
+
 # --- init ----------------------------------------------------------------------------------
 
 
 def test_init_twice_returns_the_same_id_and_changes_nothing(db: Database) -> None:
+    _register(db, "m1", "m2")
     first = db.value(
         "SELECT aidb_memory.init('support', '{\"llm\": \"m1\"}', '{\"max_turn_chars\": 50}')",
         user=ADMIN_USER,
@@ -64,6 +75,7 @@ def test_init_twice_returns_the_same_id_and_changes_nothing(db: Database) -> Non
 
 
 def test_init_stores_normalised_values_and_returns_a_new_id_per_name(db: Database) -> None:
+    _register(db, "m")
     a = db.value("SELECT aidb_memory.init('a')", user=ADMIN_USER)
     b = db.value(
         "SELECT aidb_memory.init('b', %s::jsonb, %s::jsonb)",
@@ -127,6 +139,7 @@ def _update(db: Database, *args: Any) -> dict[str, Any]:
 
 
 def test_namespace_update_merges_and_null_resets_a_key(db: Database) -> None:
+    _register(db, "a", "e")
     db.sql(
         "SELECT aidb_memory.init('m', '{\"llm\": \"a\"}', "
         '\'{"max_turn_chars": 10, "extraction": false}\')',
@@ -434,6 +447,7 @@ def test_simultaneous_init_from_many_connections_returns_one_id(db: Database) ->
 
 def test_json_round_trip_keeps_unicode_and_large_values(db: Database) -> None:
     spec = {"llm": "modèle-名前"}
+    _register(db, "modèle-名前")
     cfg = {"max_turn_chars": 10_000_000, "actor_binding": "session_user"}
     db.sql(
         "SELECT aidb_memory.init('ü', %s::jsonb, %s::jsonb)",

@@ -544,6 +544,7 @@ def test_events_view_has_exactly_these_columns(db: Database) -> None:
 def test_every_add_records_one_event_with_its_status(
     db: Database, model_spec: dict[str, Any], config: dict[str, Any], status: str
 ) -> None:
+    db.sql("SELECT aidb_memory.create_model('extractor', 'builtin', '{\"kind\": \"extractive\"}')")
     ns_id = _init(db, model_spec=model_spec, config=config)
     with db.connect(APP_USER) as conn:
         a = _add(conn, [_user("one"), _assistant("two")], agent="ag", key="k")

@@ -1,0 +1,51 @@
+-- Models and secrets (SPEC §2): registered by admins; no API role can read a secret.
+
+CREATE OR REPLACE FUNCTION aidb_memory.create_model(
+    name text,
+    provider text,
+    options jsonb DEFAULT '{}'::jsonb
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ models.create_model $py$;
+COMMENT ON FUNCTION aidb_memory.create_model(text, text, jsonb) IS
+'Admin: register model `name` and return its id; an existing name keeps its id and gets the new '
+'provider and options. provider openai (any OpenAI-compatible endpoint; options model, base_url, '
+'api_key_secret or api_key_env, timeout_s, max_retries) or builtin ({"kind": "extractive"}). '
+'Options never hold a key: store it with set_secret. Errors: 22004 NULL argument, 22023 bad '
+'name, provider or options, 42704 unknown api_key_secret.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.drop_model(name text)
+RETURNS void
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ models.drop_model $py$;
+COMMENT ON FUNCTION aidb_memory.drop_model(text) IS
+'Admin: remove model `name`. Errors: 42704 unknown model, 55000 a namespace''s model_spec names '
+'it (change that first with namespace_update).';
+
+CREATE OR REPLACE FUNCTION aidb_memory.set_secret(name text, value text)
+RETURNS void
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ models.set_secret $py$;
+COMMENT ON FUNCTION aidb_memory.set_secret(text, text) IS
+'Admin: store (or replace) the secret `name`, e.g. an API key that a model names in '
+'options.api_key_secret. No API role can read it back; no message ever shows it. Errors: 22004 '
+'NULL argument, 22023 bad name or an empty, padded or over-long value.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.drop_secret(name text)
+RETURNS void
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ models.drop_secret $py$;
+COMMENT ON FUNCTION aidb_memory.drop_secret(text) IS
+'Admin: remove the secret `name`. Errors: 42704 unknown secret, 55000 a model names it in '
+'options.api_key_secret (re-register that model first).';
+
+CREATE OR REPLACE VIEW aidb_memory.models AS
+SELECT name, provider, options, created_at, updated_at
+FROM aidb_memory.model;
+COMMENT ON VIEW aidb_memory.models IS
+'Admin: every registered model with its provider and options (which never hold a key).';
