@@ -39,7 +39,8 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.create_model(text, text, jsonb),
     aidb_memory.drop_model(text),
     aidb_memory.set_secret(text, text),
-    aidb_memory.drop_secret(text)
+    aidb_memory.drop_secret(text),
+    aidb_memory.model_check(text, text)
 TO aidb_admins;
 GRANT SELECT ON aidb_memory.models TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;
