@@ -49,3 +49,11 @@ SELECT name, provider, options, created_at, updated_at
 FROM aidb_memory.model;
 COMMENT ON VIEW aidb_memory.models IS
 'Admin: every registered model with its provider and options (which never hold a key).';
+
+CREATE OR REPLACE VIEW aidb_memory.model_calls AS
+SELECT id, at, model_name, namespace_id, purpose, chars_in, chars_out, tokens_in, tokens_out,
+       latency_ms, outcome, error
+FROM aidb_memory.model_usage;
+COMMENT ON VIEW aidb_memory.model_calls IS
+'Admin: one row per model call (model, namespace, purpose, chars and tokens in and out, latency, '
+'outcome, error without secrets). No content.';

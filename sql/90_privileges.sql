@@ -42,5 +42,5 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.drop_secret(text),
     aidb_memory.model_check(text, text)
 TO aidb_admins;
-GRANT SELECT ON aidb_memory.models TO aidb_admins;
+GRANT SELECT ON aidb_memory.models, aidb_memory.model_calls TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;
