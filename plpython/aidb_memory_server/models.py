@@ -39,7 +39,7 @@ def name(function: str, field: str, value: str | None) -> str:
     """A model or secret name: required, 1 to 128 characters, no control characters."""
     if value is None:
         raise required(function, field)
-    if validation._has_control_chars(value):
+    if validation.has_control_chars(value):
         raise invalid(function, field, "must not contain control characters")
     if not value or value != value.strip():
         raise invalid(function, field, "must be non-empty and have no surrounding spaces")
@@ -101,7 +101,7 @@ def _openai_options(function: str, options: dict[str, Any]) -> dict[str, Any]:
     model = options.get("model")
     if model is None:
         raise invalid(function, "options.model", "is required (the endpoint's model name)")
-    if not isinstance(model, str) or not model.strip() or validation._has_control_chars(model):
+    if not isinstance(model, str) or not model.strip() or validation.has_control_chars(model):
         raise invalid(function, "options.model", "must be a non-empty string")
     if len(model) > 256:
         raise invalid(function, "options.model", "is longer than 256 characters")
@@ -141,7 +141,7 @@ def base_url(function: str, value: Any) -> str:
         raise invalid(function, field, "must be an http or https URL (a string)")
     if len(value) > URL_MAX:
         raise invalid(function, field, f"is longer than {URL_MAX} characters")
-    if any(c.isspace() for c in value) or validation._has_control_chars(value):
+    if any(c.isspace() for c in value) or validation.has_control_chars(value):
         raise invalid(function, field, "must not contain spaces or control characters")
     try:
         parts = urlsplit(value)
@@ -184,7 +184,7 @@ def secret_value(function: str, value: str | None) -> str:
         raise invalid(function, "value", "must have no surrounding whitespace (a copied newline?)")
     if len(value) > SECRET_VALUE_MAX:
         raise invalid(function, "value", f"is longer than {SECRET_VALUE_MAX} characters")
-    if validation._has_control_chars(value):
+    if validation.has_control_chars(value):
         raise invalid(function, "value", "must not contain control characters")
     return value
 

@@ -8,7 +8,6 @@ two (its plan here, then one window query in SQL whose jsonb never passes throug
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from aidb_memory_server import budget, db, turns, validation
@@ -65,16 +64,11 @@ def _parsed(config: str, model_spec: str) -> tuple[dict[str, Any], dict[str, Any
     return hit
 
 
-# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: what would
-# break a one-line message or hide in an id (as validation.namespace_name refuses them).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
 def quote(text: str, limit: int = 200) -> str:
     """``text`` quoted for an error message, on one line and cut to ``limit`` characters,
     whatever the caller put in it."""
     quoted = json.dumps(text if len(text) <= limit else text[: limit - 1] + "…", ensure_ascii=False)
-    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+    return validation.CONTROL_CHARS.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
 
 
 def identifier(
@@ -89,7 +83,7 @@ def identifier(
         raise invalid(fn, field, "must not be empty")
     if len(value) > limit:
         raise invalid(fn, field, f"is longer than {limit} characters")
-    if _UNPRINTABLE.search(value):
+    if validation.has_control_chars(value):
         raise invalid(fn, field, "must not contain control characters")
     return value
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aidb_memory_server.errors import invalid
+from aidb_memory_server.validation import json_type
 
 ROLES = ("user", "assistant", "system", "tool")
 TURN_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "kind", "meta")
@@ -60,23 +61,11 @@ class Tail:
     open_calls: list[str] = field(default_factory=list)
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
-
-
 def parse_turns(fn: str, text: str, limits: Limits) -> list[Any]:
     """The ``turns`` argument as a non-empty JSON array within the per-add limit."""
     value = json.loads(text)
     if not isinstance(value, list):
-        raise invalid(fn, "turns", f"must be a JSON array of turns, not {_type_name(value)}")
+        raise invalid(fn, "turns", f"must be a JSON array of turns, not {json_type(value)}")
     if not value:
         raise invalid(fn, "turns", "must contain at least one turn")
     if len(value) > limits.max_turns_per_add:
@@ -91,7 +80,7 @@ def parse_turns(fn: str, text: str, limits: Limits) -> list[Any]:
 
 def _text(fn: str, where: str, value: Any, limit: int, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
-        raise invalid(fn, where, f"must be a string, not {_type_name(value)}")
+        raise invalid(fn, where, f"must be a string, not {json_type(value)}")
     if not allow_empty and not value.strip():
         raise invalid(fn, where, "must not be empty")
     if len(value) > limit:
@@ -106,7 +95,7 @@ def _tool_calls(fn: str, where: str, value: Any, limits: Limits) -> list[dict[st
     for j, call in enumerate(value):
         at = f"{where}[{j}]"
         if not isinstance(call, dict):
-            raise invalid(fn, at, f"must be an object, not {_type_name(call)}")
+            raise invalid(fn, at, f"must be an object, not {json_type(call)}")
         for key in call:
             if key not in TOOL_CALL_KEYS:
                 raise invalid(
@@ -140,7 +129,7 @@ def validate_turn(fn: str, i: int, raw: Any, limits: Limits) -> Turn:
     """One turn, checked against every rule of the turn shape; ``i`` is its index in the batch."""
     at = f"turns[{i}]"
     if not isinstance(raw, dict):
-        raise invalid(fn, at, f"must be an object, not {_type_name(raw)}")
+        raise invalid(fn, at, f"must be an object, not {json_type(raw)}")
     for key in raw:
         if key not in TURN_KEYS:
             raise invalid(
@@ -198,7 +187,7 @@ def validate_turn(fn: str, i: int, raw: Any, limits: Limits) -> Turn:
     if meta is None:
         meta = {}
     elif not isinstance(meta, dict):
-        raise invalid(fn, f"{at}.meta", f"must be an object, not {_type_name(meta)}")
+        raise invalid(fn, f"{at}.meta", f"must be an object, not {json_type(meta)}")
     sequence_id = meta.get("sequence_id")
     if sequence_id is not None:
         if isinstance(sequence_id, bool) or not isinstance(sequence_id, (str, int)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import unicodedata
+import re
 from typing import Any
 
 from aidb_memory_server.errors import ApiError, invalid, required
@@ -32,19 +32,21 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
-# C0 and C1 control characters (Cc) and the Unicode line and paragraph separators.
-_CONTROL_CATEGORIES = ("Cc", "Zl", "Zp")
+# C0 and C1 control characters (Unicode category Cc: U+0000-001F, U+007F-009F) and the line and
+# paragraph separators (Zl, Zp): what would break a one-line message or hide in a name or id.
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _has_control_chars(text: str) -> bool:
-    return any(unicodedata.category(c) in _CONTROL_CATEGORIES for c in text)
+def has_control_chars(text: str) -> bool:
+    """Whether ``text`` holds a character of :data:`CONTROL_CHARS`."""
+    return CONTROL_CHARS.search(text) is not None
 
 
 def namespace_name(function: str, name: str | None) -> str:
     """A namespace name: required, 1 to 128 characters, no control characters."""
     if name is None:
         raise required(function, "name")
-    if _has_control_chars(name):
+    if has_control_chars(name):
         raise invalid(function, "name", "must not contain control characters")
     if not name or name != name.strip():
         raise invalid(function, "name", "must be non-empty and have no surrounding spaces")
@@ -59,11 +61,12 @@ def json_object(function: str, field: str, text: str | None) -> dict[str, Any]:
         return {}
     value = json.loads(text)
     if not isinstance(value, dict):
-        raise invalid(function, field, f"must be a JSON object, not {_json_type(value)}")
+        raise invalid(function, field, f"must be a JSON object, not {json_type(value)}")
     return value
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """How an error message names the JSON type of ``value`` ("an array", "null", ...)."""
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
