@@ -21,13 +21,12 @@ from aidb_memory_server.errors import (
     required,
 )
 
-# session_user comes with the namespace, on every call: SET SESSION AUTHORIZATION changes it
-# within a connection, so it must not be remembered.
-_NAMESPACE = """
-SELECT id, state, config::text AS config, model_spec::text AS model_spec,
-       session_user::text AS caller
-FROM aidb_memory.namespace WHERE name = $1
-"""
+# What every session function reads of its namespace (alias n), which Namespace() takes.
+# session_user comes with it on every call: SET SESSION AUTHORIZATION changes it within a
+# connection, so it must not be remembered.
+_NS_COLUMNS = """n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
+       session_user::text AS caller"""
+_NAMESPACE = f"SELECT {_NS_COLUMNS}\nFROM aidb_memory.namespace n WHERE n.name = $1"
 
 
 class Namespace:
@@ -201,9 +200,8 @@ WHERE namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
 """
 # The hot path's first statement: the namespace, the session row locked (positions are
 # allocated under this lock, so they are gap-free), and an earlier event with this key.
-_LOCK_FOR_ADD = """
-SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
-       session_user::text AS caller,
+_LOCK_FOR_ADD = f"""
+SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls,
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
@@ -215,9 +213,8 @@ LEFT JOIN aidb_memory.event r
 WHERE n.name = $1 AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
-_NAMESPACE_AND_KEY = """
-SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
-       session_user::text AS caller,
+_NAMESPACE_AND_KEY = f"""
+SELECT {_NS_COLUMNS},
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.event r
@@ -392,7 +389,8 @@ def add(
     )
     open_after = turns.check_protocol(fn, checked, tail)
     first_seq = int(row["next_seq"])
-    starts = turns.place_in_rounds(checked, first_seq, tail)
+    sequence_ids = turns.effective_sequence_ids(checked, tail)
+    starts = turns.place_in_rounds(checked, first_seq, tail, sequence_ids)
     offsets, running = [], int(row["total_chars"])
     last_user = None
     for i, t in enumerate(checked):
@@ -425,7 +423,7 @@ def add(
             [json.dumps(t.tool_calls) if t.tool_calls else None for t in checked],
             [t.tool_call_id for t in checked],
             [json.dumps(t.meta) if t.meta else "{}" for t in checked],
-            turns.tail_sequence_id(checked, tail),
+            sequence_ids[-1],
             starts[-1],
             open_after,
             last_user,
@@ -450,9 +448,8 @@ def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any],
 # --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
 
 # One statement for the namespace and the session (NULLs when there is no such session).
-_NAMESPACE_AND_SESSION = """
-SELECT n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
-       session_user::text AS caller,
+_NAMESPACE_AND_SESSION = f"""
+SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.session s

@@ -266,22 +266,24 @@ def effective_sequence_ids(turns: list[Turn], tail: Tail) -> list[str | None]:
     return out
 
 
-def tail_sequence_id(turns: list[Turn], tail: Tail) -> str | None:
-    """The sequence_id the session's tail carries once ``turns`` are stored."""
-    return effective_sequence_ids(turns, tail)[-1] if turns else tail.sequence_id
-
-
-def place_in_rounds(turns: list[Turn], first_seq: int, tail: Tail) -> list[int]:
+def place_in_rounds(
+    turns: list[Turn],
+    first_seq: int,
+    tail: Tail,
+    sequence_ids: list[str | None] | None = None,
+) -> list[int]:
     """The round_start of each new turn (positions from ``first_seq``), given the session's tail.
 
     A turn joins the round before it when it is a tool result (it answers that round's call) or
-    when it shares that round's meta.sequence_id; otherwise it starts a round.
+    when it shares that round's meta.sequence_id; otherwise it starts a round. ``sequence_ids``
+    are :func:`effective_sequence_ids`, when the caller has them already (the last one is also
+    the session's new tail).
     """
+    if sequence_ids is None:
+        sequence_ids = effective_sequence_ids(turns, tail)
     starts = []
     prev_sequence, prev_start = tail.sequence_id, tail.round_start
-    for offset, (turn, sequence_id) in enumerate(
-        zip(turns, effective_sequence_ids(turns, tail), strict=True)
-    ):
+    for offset, (turn, sequence_id) in enumerate(zip(turns, sequence_ids, strict=True)):
         seq = first_seq + offset
         joins = prev_start is not None and (
             turn.role == "tool" or (sequence_id is not None and sequence_id == prev_sequence)
