@@ -36,7 +36,9 @@ COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
 'namespace, 42501 actor binding, 55000 closed session or INACTIVE namespace, 23505 key reused '
 'with different turns.';
 
-CREATE OR REPLACE FUNCTION aidb_memory.session_read_plan(
+-- The plan's columns changed in 0.2 (summaries): an old signature cannot be replaced in place.
+DROP FUNCTION IF EXISTS aidb_memory.session_read_plan(text, text, text, integer, text, integer, text);
+CREATE FUNCTION aidb_memory.session_read_plan(
     namespace text,
     actor_id text,
     session_id text,
@@ -50,8 +52,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_read_plan(
     OUT hi_offset bigint,
     OUT hi_seq bigint,
     OUT readable_chars bigint,
-    OUT compacted_entries integer,
-    OUT warnings text[]
+    OUT summary_room bigint,
+    OUT warnings text[],
+    OUT compact boolean
 )
 -- STABLE: its queries run in the snapshot of the statement that calls it (session_history's
 -- window), so that the bounds and the turns they select are the same state of the session. A
@@ -62,8 +65,26 @@ SET search_path = pg_catalog, pg_temp
 AS $py$ sessions.session_read_plan $py$;
 COMMENT ON FUNCTION aidb_memory.session_read_plan(text, text, text, integer, text, integer, text) IS
 'Internal (called by session_history): validates a read and returns the bounds, in '
-'(char_offset, seq) order, of the turns it may return, with its warnings. caller is the API '
-'function that error messages name.';
+'(char_offset, seq) order, of the turns it may return, the budget left for summaries, its '
+'warnings and whether it should compact. caller is the API function that error messages name.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_compact(
+    namespace text,
+    session_ref bigint,
+    limit_chars integer,
+    fallback_model text
+)
+RETURNS text[]
+-- VOLATILE, and called in a statement of its own: it writes, and the read that follows must
+-- see what it wrote.
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ compactor.session_compact $py$;
+COMMENT ON FUNCTION aidb_memory.session_compact(text, bigint, integer, text) IS
+'Internal (called by session_history on an over-budget read): summarizes the oldest three '
+'quarters of the session''s unsummarized turns, cut at a round boundary, into one summary of at '
+'most limit_chars / 4. Never waits for another compaction and never raises for a failed one: '
+'returns the warnings that say why no summary was written (empty when one was).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_history(
     namespace text,
@@ -79,46 +100,77 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    r record;
+    extra text[] := '{}';
 BEGIN
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
     -- re-plans its body on every call; plpgsql keeps the plan for the connection.
-    RETURN QUERY
-    -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset, seq));
-    -- the window keeps the newest whole rounds: a cut is allowed before a turn whose seq equals
-    -- the smallest round_start at or after it.
-    SELECT coalesce(w.items, '[]'::jsonb),
-           p.readable_chars - coalesce(w.chars, 0),
-           p.compacted_entries,
-           p.warnings
-    FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7) AS p
-    LEFT JOIN LATERAL (
-        SELECT jsonb_agg(
-                   jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
-                                      'kind', m.kind, 'meta', m.meta, 'created_at', m.created_at)
-                   || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
-                                                           'tool_call_id', m.tool_call_id,
-                                                           'name', m.name))
-                   ORDER BY m.seq) AS items,
-               sum(m.chars) AS chars
-        FROM (
-            SELECT f.*, min(CASE WHEN f.seq = f.round_floor THEN f.seq END) OVER () AS cut
+    -- At most two passes: the read, and after a compaction the read again (once per read).
+    FOR pass IN 1..2 LOOP
+        -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset,
+        -- seq)); the window keeps the newest whole rounds: a cut is allowed before a turn whose
+        -- seq equals the smallest round_start at or after it. Summaries come first when every
+        -- unsummarized turn fits: the newest ones that fit in the budget left.
+        SELECT coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
+               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0) AS overflow,
+               coalesce(sm.turns, 0)::integer AS compacted,
+               p.warnings, p.compact, p.session_ref
+        INTO r
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7) AS p
+        LEFT JOIN LATERAL (
+            SELECT jsonb_agg(
+                       jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
+                                          'kind', m.kind, 'meta', m.meta,
+                                          'created_at', m.created_at)
+                       || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
+                                                               'tool_call_id', m.tool_call_id,
+                                                               'name', m.name))
+                       ORDER BY m.seq) AS items,
+                   sum(m.chars) AS chars
             FROM (
-                SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
-                       t.tool_call_id, t.name, t.chars,
-                       min(t.round_start) OVER (ORDER BY t.seq DESC) AS round_floor
-                FROM aidb_memory.turn AS t
-                WHERE t.session_ref = p.session_ref
-                  AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
-                  AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
-            ) AS f
-        ) AS m
-        WHERE m.seq >= m.cut
-    ) AS w ON true;
+                SELECT f.*, min(CASE WHEN f.seq = f.round_floor THEN f.seq END) OVER () AS cut
+                FROM (
+                    SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
+                           t.tool_call_id, t.name, t.chars,
+                           min(t.round_start) OVER (ORDER BY t.seq DESC) AS round_floor
+                    FROM aidb_memory.turn AS t
+                    WHERE t.session_ref = p.session_ref
+                      AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
+                      AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
+                ) AS f
+            ) AS m
+            WHERE m.seq >= m.cut
+        ) AS w ON true
+        LEFT JOIN LATERAL (
+            SELECT jsonb_agg(
+                       jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
+                                          'kind', 'summary',
+                                          'meta', jsonb_build_object(
+                                              'from_seq', x.from_seq, 'to_seq', x.to_seq,
+                                              'turn_count', x.turn_count, 'model', x.model),
+                                          'created_at', x.created_at)
+                       ORDER BY x.to_seq) AS items,
+                   max(x.to_offset) - min(x.from_offset) AS covered,
+                   sum(x.turn_count) AS turns
+            FROM (
+                SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used
+                FROM aidb_memory.summary AS s
+                WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
+            ) AS x
+            WHERE x.used <= p.summary_room
+        ) AS sm ON true;
+        EXIT WHEN pass = 2 OR NOT r.compact;
+        extra := aidb_memory.session_compact($1, r.session_ref, $4, $5);
+        -- No summary written: the first pass is the answer, with the reason.
+        EXIT WHEN cardinality(extra) > 0;
+    END LOOP;
+    RETURN QUERY SELECT r.items, r.overflow, r.compacted, r.warnings || extra;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.session_history(text, text, text, integer, text, integer, text) IS
 'Internal: the budgeted read behind session_get and session_messages (caller names the one whose '
-'errors it raises).';
+'errors it raises); compacts an over-budget session once per read.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     namespace text,

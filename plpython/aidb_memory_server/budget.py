@@ -1,8 +1,7 @@
 """The budget rule of a read (SPEC §3), as plain Python. Pure.
 
 The database runs the same rule in one SQL statement (``session_history`` in sql/); this
-module is its specification, checked against it by the property tests, and the arithmetic of
-the warnings.
+module is its specification, checked against it by the property tests.
 """
 
 from __future__ import annotations
@@ -59,12 +58,3 @@ def window(rows: Sequence[Row], limit_chars: int | None, limit_turns: int | None
         if row.seq == smallest_start:
             best = i
     return list(rows[best:])
-
-
-def compaction_warning(limit_chars: int, min_target_chars: int) -> str:
-    """Why an over-budget read did not compact. A summarizer arrives with models; until then
-    every over-budget read reports that no model is available, unless the budget is too small
-    for any summary (a quarter of it below ``compaction_min_target_chars``)."""
-    if limit_chars // 4 < min_target_chars:
-        return "compaction_budget_too_small"
-    return "compaction_model_unavailable"

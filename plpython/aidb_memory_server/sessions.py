@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aidb_memory_server import budget, db, turns, validation
+from aidb_memory_server import budget, compaction, db, turns, validation
 from aidb_memory_server.errors import (
     INSUFFICIENT_PRIVILEGE,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -447,13 +447,20 @@ def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any],
 
 # --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
 
-# One statement for the namespace and the session (NULLs when there is no such session).
+# One statement for the namespace, the session and its newest summary (NULLs when there is no
+# such session).
 _NAMESPACE_AND_SESSION = f"""
 SELECT {_NS_COLUMNS},
-       s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start
+       s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
+       coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
+       coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.session s
        ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
+LEFT JOIN LATERAL (
+    SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
+    WHERE x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+) m ON true
 WHERE n.name = $1
 """
 _OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
@@ -464,8 +471,9 @@ _NO_SESSION: dict[str, Any] = {
     "hi_offset": 0,
     "hi_seq": 0,
     "readable_chars": 0,
-    "compacted_entries": 0,
+    "summary_room": -1,
     "warnings": [],
+    "compact": False,
 }
 
 
@@ -485,11 +493,17 @@ def session_read_plan(
     limit_turns: int | None,
     caller: str | None,
 ) -> dict[str, Any]:
-    """Which turns a read may return: bounds in (char_offset, seq) order, plus warnings.
+    """Which turns and summaries a read may return, plus warnings and whether to compact.
 
-    Lower bound: the budget (``end - limit_chars``) and ``limit_turns``; upper bound: the end of
-    the history, before a round still waiting for tool results. The SQL window then keeps the
-    newest whole rounds inside the bounds. ``caller`` is the API function that errors name.
+    Turns: bounds in (char_offset, seq) order. Lower bound: the budget (``end - limit_chars``),
+    ``limit_turns`` and, on a budgeted read, the end of the newest summary (summaries stand in
+    for the turns they cover); upper bound: the end of the history, before a round still
+    waiting for tool results. The SQL window then keeps the newest whole rounds inside the
+    bounds. Summaries: when every unsummarized turn fits, the newest summaries that fit in
+    ``summary_room``, the budget left (-1: none). ``compact``: the read is over budget in a way
+    a new summary would mend (``compaction.needed``), and the budget allows one; session_history
+    then calls ``compactor.session_compact`` and plans again. ``caller`` is the API function that
+    errors name.
 
     The SQL function is STABLE, so these queries run in the snapshot of the window query that
     calls it: the bounds and the turns they select are one consistent state of the session.
@@ -516,17 +530,27 @@ def session_read_plan(
         end_offset = _offset_of(ref, end_seq)
         warnings.append("tool_results_pending")
     lo_offset, lo_seq = 0, 1
-    readable = end_offset - lo_offset
+    readable = end_offset
+    summary_room, compact = -1, False
     if limit_chars is not None:
-        lo_offset, lo_seq = max((lo_offset, lo_seq), (end_offset - limit_chars, 0))
-        if readable > limit_chars:
-            warnings.append(
-                budget.compaction_warning(limit_chars, ns.config["compaction_min_target_chars"])
-            )
+        covered_offset, covered_seq = int(s["covered_offset"]), int(s["covered_seq"])
+        # A summary never covers the newest round, so covered_seq < end_seq.
+        lo_offset, lo_seq = covered_offset, covered_seq + 1
+        unsummarized = end_offset - covered_offset
+        if unsummarized <= limit_chars:
+            summary_room = limit_chars - unsummarized
+        else:
+            lo_offset, lo_seq = end_offset - limit_chars, 0
+        if compaction.needed(unsummarized, int(s["newest_summary_chars"]), limit_chars):
+            if compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
+                warnings.append("compaction_budget_too_small")  # no model is contacted
+            else:
+                compact = True
     if limit_turns is not None:
         first = end_seq - limit_turns
         if first > lo_seq:
             lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(ref, first), first))
+            summary_room = -1  # turns before the window are left out, so are their summaries
     return {
         "session_ref": ref,
         "lo_offset": lo_offset,
@@ -534,8 +558,9 @@ def session_read_plan(
         "hi_offset": end_offset,
         "hi_seq": end_seq,
         "readable_chars": readable,
-        "compacted_entries": 0,
+        "summary_room": summary_room,
         "warnings": warnings,
+        "compact": compact,
     }
 
 
@@ -604,6 +629,7 @@ RETURNING t.chars, t.role,
                                              'tool_call_id', t.tool_call_id,
                                              'name', t.name)))::text AS item
 """
+_COMPACTION_LOCK = "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashint8($2))"
 _DROP_COVERING = "DELETE FROM aidb_memory.summary WHERE session_ref = $1 AND to_seq >= $2"
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
 # without its own carries that of the turn before it.
@@ -668,9 +694,14 @@ def session_pop(
             hint="a closed session keeps its history as it was handed off",
         )
     ref, seq = int(s["id"]), int(s["next_seq"]) - 1
+    # Waits for a compaction of this session in flight: it must not summarize a popped turn.
+    db.execute(_COMPACTION_LOCK, ("int", "bigint"), (compaction.LOCK_CLASS, ref))
     popped = db.execute(_POP, ("bigint", "bigint"), (ref, seq))[0]
-    db.execute(_DROP_COVERING, ("bigint", "bigint"), (ref, seq))
     sequence_id, round_start, open_calls = _tail_after_pop(ref, seq - 1)
+    # A summary never covers the newest round, which the next add may extend: one that covers
+    # the popped turn or the round that is now the newest goes.
+    drop_from = seq if round_start is None else min(seq, round_start)
+    db.execute(_DROP_COVERING, ("bigint", "bigint"), (ref, drop_from))
     last_user = s["last_user_seq"]
     if last_user is not None and int(last_user) >= seq:
         last_user = db.execute(_LAST_USER, ("bigint",), (ref,))[0]["seq"]

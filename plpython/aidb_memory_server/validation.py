@@ -19,6 +19,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "max_identifier_chars": 255,
     "llm_timeout_s": 30,
     "compaction_min_target_chars": 200,
+    "compaction_max_input_chars": 200_000,
     "extraction": True,
     "actor_binding": "none",
 }
@@ -29,6 +30,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "max_identifier_chars": (1, 4_096),
     "llm_timeout_s": (1, 3_600),
     "compaction_min_target_chars": (1, 1_000_000),
+    "compaction_max_input_chars": (1_000, 10_000_000),
 }
 
 

@@ -917,9 +917,10 @@ def test_summaries_reach_the_handoff_and_go_with_the_turns_they_cover(db: Databa
     ref = db.value("SELECT id FROM aidb_memory.session")
     db.sql(
         """INSERT INTO aidb_memory.summary
-               (session_ref, from_seq, to_seq, turn_count, content, chars, model)
-           VALUES (%(r)s, 1, 2, 2, 'old summary', 11, 'm'),
-                  (%(r)s, 3, 5, 3, 'new summary', 11, 'm')""",
+               (session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset,
+                to_offset)
+           VALUES (%(r)s, 1, 2, 2, 'old summary', 11, 'm', 0, 12),
+                  (%(r)s, 3, 4, 2, 'new summary', 11, 'm', 12, 24)""",
         {"r": ref},
     )
     with db.connect(APP_USER) as conn:
@@ -928,6 +929,8 @@ def test_summaries_reach_the_handoff_and_go_with_the_turns_they_cover(db: Databa
             ("old summary",),
             ("new summary",),
         ]
+        # Turn 4 is now the newest round, which a summary never covers (the next add could
+        # extend it): the summary of 3-4 goes.
         assert _pop(conn)["content"] == "turn 5"
         assert db.sql("SELECT content FROM aidb_memory.summary") == [("old summary",)]
         _start(conn, "s2")

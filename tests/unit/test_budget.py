@@ -72,8 +72,3 @@ def test_limits_out_of_range_are_22023(chars: int | None, turns: int | None) -> 
         budget.check_limits("session_get", chars, turns)
     assert e.value.sqlstate == "22023"
     assert "limit_" in e.value.message
-
-
-def test_budget_too_small_for_any_summary() -> None:
-    assert budget.compaction_warning(400, 200) == "compaction_budget_too_small"
-    assert budget.compaction_warning(8000, 200) == "compaction_model_unavailable"

@@ -1,0 +1,184 @@
+"""The rules of compaction (SPEC §3), as plain Python. Pure.
+
+When a budgeted read finds that the unsummarized turns and the newest summary no longer fit, the
+oldest three quarters (by chars) of the unsummarized turns, cut at a round boundary, become one
+summary of at most a quarter of the budget. This module decides whether a read should compact,
+where the cut falls, what the model is sent, and whether its answer is usable; ``compactor``
+does the database part.
+
+Why this keeps compaction rare: it only runs when the unsummarized turns exceed the budget less
+the newest summary (at most a quarter of it), so each run folds at least about 9/16 of the
+budget into a summary: a history of C chars read with a budget B costs at most C / (B/2) + 1
+model calls, whatever the number of reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SHARE_NUM, SHARE_DEN = 3, 4  # the oldest three quarters of the unsummarized chars
+TARGET_DIVISOR = 4  # a summary is at most a quarter of limit_chars
+# The advisory-lock space of compaction: (LOCK_CLASS, hashint8(session ref)), taken by the
+# compacting read (try) and by session_pop (wait).
+LOCK_CLASS = 0x41_44_43_50  # "ADCP"
+
+
+@dataclass(frozen=True)
+class Span:
+    """What the cut needs of an unsummarized turn."""
+
+    seq: int
+    round_start: int
+    chars: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """A turn as the summarizer is shown it."""
+
+    seq: int
+    role: str
+    content: str | None
+    name: str | None = None
+    tool_calls: Sequence[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+def target_chars(limit_chars: int) -> int:
+    """The largest summary a read with this budget accepts."""
+    return limit_chars // TARGET_DIVISOR
+
+
+def needed(unsummarized_chars: int, newest_summary_chars: int, limit_chars: int) -> bool:
+    """Whether a budgeted read is over budget in the sense that compaction can help: the
+    unsummarized turns and the newest summary do not fit together."""
+    return unsummarized_chars > 0 and unsummarized_chars + newest_summary_chars > limit_chars
+
+
+def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> int | None:
+    """The last seq to summarize, or None when no round can be summarized.
+
+    ``spans`` are the unsummarized readable turns in order; the first begins a round. A cut after
+    a turn is allowed when no round crosses it (every later turn's round starts after it) and the
+    next turn is at or before ``stop_seq`` (the newest round, which a later ``add`` may still
+    extend, is never summarized). Of the allowed cuts, the one whose share of the chars is
+    nearest three quarters, but never more input than ``max_input_chars`` unless no smaller cut
+    exists.
+    """
+    if not spans:
+        return None
+    total = sum(s.chars for s in spans)
+    goal = min(total * SHARE_NUM // SHARE_DEN, max_input_chars)
+    # suffix_floor[i]: the smallest round_start among spans[i:]; a cut before spans[i] is allowed
+    # exactly when it equals spans[i].seq.
+    suffix_floor = [0] * len(spans)
+    floor = stop_seq
+    for i in range(len(spans) - 1, -1, -1):
+        floor = min(floor, spans[i].round_start)
+        suffix_floor[i] = floor
+    candidates: list[tuple[int, int]] = []  # (chars before the cut, last summarized seq)
+    prefix = 0
+    for i, span in enumerate(spans):
+        prefix += span.chars
+        nxt = i + 1
+        if nxt < len(spans):
+            allowed = suffix_floor[nxt] == spans[nxt].seq and spans[nxt].seq <= stop_seq
+        else:
+            allowed = span.seq < stop_seq
+        if allowed and prefix > 0:
+            candidates.append((prefix, span.seq))
+    if not candidates:
+        return None
+    within = [c for c in candidates if c[0] <= max_input_chars]
+    if not within:
+        return candidates[0][1]
+    return min(within, key=lambda c: (abs(c[0] - goal), c[0]))[1]
+
+
+# --- what the model is sent ---------------------------------------------------------------------
+
+_INSTRUCTIONS = (
+    "You write the running summary of an earlier part of a conversation between a user and an AI "
+    "assistant, so that the assistant can continue the conversation without those turns. Keep "
+    "what the assistant will need: the user's goals and constraints, decisions and agreements, "
+    "facts, names, numbers and identifiers, what tools returned that still matters, open "
+    "questions and the latest state of things. Leave out greetings and repetition. Write plain "
+    "text in the conversation's language, in the third person. Never add anything that is not in "
+    "the turns. Your answer must be at most {target} characters long."
+)
+
+
+def transcript(turns: Sequence[Source]) -> str:
+    """The turns as numbered lines: what the model reads."""
+    lines: list[str] = []
+    for t in turns:
+        who = t.role if not t.name else f"{t.role} ({t.name})"
+        if t.role == "tool":
+            who = f"tool result for {t.tool_call_id}"
+        text = t.content or ""
+        lines.append(f"[{t.seq}] {who}: {text}".rstrip())
+        for call in t.tool_calls or ():
+            fn = call.get("function") or {}
+            lines.append(
+                f"    calls {fn.get('name')}({fn.get('arguments', '')}) as {call.get('id')}"
+            )
+    return "\n".join(lines)
+
+
+def prompt(turns: Sequence[Source], target: int) -> list[dict[str, str]]:
+    """The chat messages that ask a model for the summary of ``turns``."""
+    first, last = turns[0].seq, turns[-1].seq
+    return [
+        {"role": "system", "content": _INSTRUCTIONS.format(target=target)},
+        {
+            "role": "user",
+            "content": f"Turns {first} to {last} of the conversation:\n\n{transcript(turns)}",
+        },
+    ]
+
+
+def retry_prompt(first: Sequence[dict[str, str]], answer: str, target: int) -> list[dict[str, str]]:
+    """The second and last attempt after an overlength answer: the same request, the answer,
+    and how much shorter it must be."""
+    return [
+        *first,
+        {"role": "assistant", "content": answer},
+        {
+            "role": "user",
+            "content": (
+                f"That summary is {len(answer)} characters; the limit is {target}. Rewrite it in "
+                f"at most {target} characters, keeping the goals, decisions, numbers and the "
+                "latest state."
+            ),
+        },
+    ]
+
+
+def extractive_sources(turns: Sequence[Source]) -> list[dict[str, str]]:
+    """The turns as the builtin extractive summarizer reads them: role and text, with a tool
+    call's name and arguments standing in for an empty assistant message."""
+    out: list[dict[str, str]] = []
+    for t in turns:
+        text = t.content or ""
+        for call in t.tool_calls or ():
+            fn = call.get("function") or {}
+            text += f" Called {fn.get('name')} with {fn.get('arguments', '')}."
+        out.append({"role": t.role, "content": text.strip()})
+    return out
+
+
+def usable(answer: str) -> str | None:
+    """A model's answer as the summary to store, or None when it says nothing."""
+    text = answer.strip()
+    return text or None
+
+
+def tool_calls(raw: str | None) -> list[dict[str, Any]] | None:
+    """A stored ``tool_calls`` column (JSON text) as a list."""
+    if raw is None:
+        return None
+    value = json.loads(raw)
+    return value if isinstance(value, list) else None

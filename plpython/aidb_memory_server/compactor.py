@@ -1,0 +1,216 @@
+"""Compaction in the read path (SPEC §3): the database side of ``compaction``.
+
+``session_history`` (sql/30_sessions.sql) calls :func:`session_compact` only when its plan says
+the read is over budget and a summary could help. It never fails the read and never waits: it
+returns the warning that says why no summary was written, or nothing when one was.
+
+- A per-session advisory try-lock, held to the end of the transaction: a second reader gets
+  ``compaction_busy`` at once and returns the history as it was.
+- The state is read again under the lock (another backend may have compacted meanwhile).
+- The model is called outside any savepoint, so its usage row stays whatever happens next; the
+  summary is written only if the turns it covers are still there as they were read.
+  ``session_pop`` takes the same lock (waiting), so it never removes a turn being summarized.
+- Every database statement runs in its own subtransaction (PL/Python's), so a database error
+  becomes a warning and leaves nothing behind.
+- A cancelled statement is the one failure that is not turned into a warning: it ends the read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import plpy
+
+from aidb_memory_server import compaction, db, llm, validation
+from aidb_memory_server.compaction import Source, Span
+
+QUERY_CANCELED = "57014"
+
+_NAMESPACE = """
+SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm
+FROM aidb_memory.namespace n WHERE n.name = $1
+"""
+_TRY_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock($1, pg_catalog.hashint8($2)) AS ok"
+_STATE = """
+SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) > 0 AS open,
+       coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
+       coalesce(m.chars, 0) AS newest_chars
+FROM aidb_memory.session s
+LEFT JOIN LATERAL (
+    SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
+    WHERE x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+) m ON true
+WHERE s.id = $1
+"""
+_OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+_SPANS = """
+SELECT seq, round_start, chars FROM aidb_memory.turn
+WHERE session_ref = $1 AND seq > $2 AND seq < $3
+ORDER BY seq
+"""
+_SOURCES = """
+SELECT seq, role, content, name, tool_calls::text AS tool_calls, tool_call_id, char_offset, chars,
+       xmin::text AS version
+FROM aidb_memory.turn
+WHERE session_ref = $1 AND seq > $2 AND seq <= $3
+ORDER BY seq
+"""
+# Written only if the covered turns are still those that were read (the last one is the same row
+# version: session_pop waits for this backend's compaction lock, so this is a second line of
+# defence) and the newest round starts after them.
+_STORE = """
+INSERT INTO aidb_memory.summary
+    (session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset, to_offset)
+SELECT $1, $2, $3, $3 - $2 + 1, $4, $5, $6, $7, $8
+FROM aidb_memory.session s
+WHERE s.id = $1 AND s.tail_round_start > $3
+  AND EXISTS (SELECT 1 FROM aidb_memory.turn t
+              WHERE t.session_ref = $1 AND t.seq = $3 AND t.xmin::text = $9)
+  AND NOT EXISTS (SELECT 1 FROM aidb_memory.summary x
+                  WHERE x.session_ref = $1 AND x.to_seq >= $2)
+"""
+_STORE_TYPES = ("bigint", "bigint", "bigint", "text", "int", "text", "bigint", "bigint", "text")
+
+
+def session_compact(
+    namespace_name: str, session_ref: int, limit_chars: int, fallback_model: str | None
+) -> list[str]:
+    """Summarize the oldest unsummarized turns of a session; the warnings of the attempt
+    (empty when a summary was written or none is needed any more)."""
+    ns = db.execute(_NAMESPACE, ("text",), (namespace_name,))[0]
+    config = validation.effective_config(json.loads(ns["config"]))
+    target = compaction.target_chars(limit_chars)
+    if target < config["compaction_min_target_chars"]:
+        return ["compaction_budget_too_small"]
+    # The namespace's own model; fallback_model only when it names none (a namespace that names
+    # a model never silently uses another).
+    name = ns["llm"] if ns["llm"] is not None else fallback_model
+    if name is None:
+        return ["compaction_model_unavailable"]
+    try:
+        model = llm.load("session_get", name)
+    except Exception:
+        return ["compaction_model_unavailable"]
+    if not db.execute(_TRY_LOCK, ("int", "bigint"), (compaction.LOCK_CLASS, session_ref))[0]["ok"]:
+        return ["compaction_busy"]
+    try:
+        return _compact(int(ns["id"]), config, session_ref, limit_chars, target, model)
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise  # a cancel (or statement_timeout) ends the read, as it ends any statement
+        _log(e)
+        return ["compaction_call_failed"]
+    except Exception as e:
+        _log(e)
+        return ["compaction_call_failed"]
+
+
+def _log(e: BaseException) -> None:
+    # Never fails the read (SPEC §3): what failed goes to the server log, without content.
+    text = " ".join(str(e).split())[:200]
+    plpy.log(f"aidb_memory: compaction failed: {type(e).__name__}: {text}")
+
+
+def _compact(
+    namespace_id: int,
+    config: dict[str, Any],
+    ref: int,
+    limit_chars: int,
+    target: int,
+    model: llm.Model,
+) -> list[str]:
+    state = db.execute(_STATE, ("bigint",), (ref,))
+    if not state.nrows():
+        return []
+    s = state[0]
+    end_seq = int(s["tail_round_start"]) if s["open"] else int(s["next_seq"])
+    end_offset = (
+        int(db.execute(_OFFSET_OF, ("bigint", "bigint"), (ref, end_seq))[0]["char_offset"])
+        if s["open"]
+        else int(s["total_chars"])
+    )
+    covered_seq, covered_offset = int(s["covered_seq"]), int(s["covered_offset"])
+    if not compaction.needed(end_offset - covered_offset, int(s["newest_chars"]), limit_chars):
+        return []  # another backend compacted while we waited for nothing
+    spans = [
+        Span(int(r["seq"]), int(r["round_start"]), int(r["chars"]))
+        for r in db.execute(_SPANS, ("bigint", "bigint", "bigint"), (ref, covered_seq, end_seq))
+    ]
+    cut = compaction.choose_cut(
+        spans, int(s["tail_round_start"]), config["compaction_max_input_chars"]
+    )
+    if cut is None:
+        return []  # one round that cannot be cut: nothing a summary could stand in for
+    rows = list(db.execute(_SOURCES, ("bigint", "bigint", "bigint"), (ref, covered_seq, cut)))
+    sources = [
+        Source(
+            int(r["seq"]),
+            r["role"],
+            r["content"],
+            r["name"],
+            compaction.tool_calls(r["tool_calls"]),
+            r["tool_call_id"],
+        )
+        for r in rows
+    ]
+    text, warning = _summarize(model, sources, target, namespace_id, config["llm_timeout_s"])
+    if text is None:
+        return [warning] if warning else []
+    first, last = rows[0], rows[-1]
+    with plpy.subtransaction():  # the savepoint of SPEC §3
+        stored = _store(ref, first, last, cut, text, model.name)
+    # The session changed under us (a pop, or a compaction committed by another snapshot).
+    return [] if stored else ["compaction_busy"]
+
+
+def _store(ref: int, first: Any, last: Any, cut: int, text: str, model_name: str) -> bool:
+    stored = db.execute(
+        _STORE,
+        _STORE_TYPES,
+        (
+            ref,
+            int(first["seq"]),
+            cut,
+            text,
+            len(text),
+            model_name,
+            int(first["char_offset"]),
+            int(last["char_offset"]) + int(last["chars"]),
+            last["version"],
+        ),
+    )
+    return bool(stored.nrows())
+
+
+def _summarize(
+    model: llm.Model, sources: list[Source], target: int, namespace_id: int, timeout_s: float
+) -> tuple[str | None, str | None]:
+    """(summary, None), or (None, the warning that says why there is none)."""
+    span = (sources[0].seq, sources[-1].seq)
+    if model.provider == "builtin":
+        messages = compaction.extractive_sources(sources)
+    else:
+        messages = compaction.prompt(sources, target)
+    answer = ""
+    for attempt in range(2):
+        if attempt:
+            messages = compaction.retry_prompt(messages, answer, target)
+        result = llm.complete(
+            model,
+            messages,
+            purpose="compaction",
+            namespace_id=namespace_id,
+            timeout_s=timeout_s,
+            max_chars=target,
+            span=span,
+        )
+        if not result.ok:
+            return None, "compaction_call_failed"
+        text = compaction.usable(result.text)
+        if text is None:
+            return None, "compaction_call_failed"
+        if len(text) <= target:
+            return text, None
+        answer = text
+    return None, "compaction_summary_overlength"
