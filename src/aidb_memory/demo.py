@@ -2,19 +2,30 @@
 
 It tells the help-desk story of the AIDB sessions page (``seeds/003``) as a person reads it, top
 to bottom: each step says what happens, shows the SQL it runs (exactly as it runs) and prints the
-result. No model is configured yet, so compaction is skipped and the demo says so.
+result. The namespace starts without a model, so the first budgeted read skips compaction and says
+why; later an admin gives it one and a long conversation is compacted. That model is the
+OpenAI-compatible endpoint of ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` / ``OPENAI_MODEL`` when
+either of the first two is set (the key goes into the database with ``set_secret`` and is never
+printed), else the builtin extractive summarizer, which is not a model, and the demo says so.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import subprocess
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
+from aidb_memory.connection import CliError, first_line
+from aidb_memory.deps import SERVER_MODULE, default_target, make_readable, pip_command
+from aidb_memory.doctor import probe_server_python
 from aidb_memory.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 
@@ -22,6 +33,14 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 WIDTH = 100
 INDENT = "   "
 APP_ROLE = "helpdesk_app"
+MODEL = "helpdesk_llm"
+SECRET = "helpdesk_openai_key"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+BUDGET = 1600  # limit_chars of the reads that compact; a summary may use a quarter of it
+BUILTIN_LINE = (
+    "no OPENAI_API_KEY/OPENAI_BASE_URL: using the builtin extractive summarizer (not a model)"
+)
 
 _step = 0
 _after_heading = False
@@ -109,7 +128,7 @@ def _table(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
                 c.rjust(w) if num else c.ljust(w)
                 for c, w, num in zip(r, widths, numeric, strict=True)
             )
-            print(INDENT + line.rstrip())
+            print((INDENT + line).rstrip())
         print(f"{INDENT}({len(rows)} row{'' if len(rows) == 1 else 's'})")
         return
     label = max(len(n) for n in names)
@@ -118,23 +137,48 @@ def _table(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
             print(f"{INDENT}-[ row {number} ]")
         for name, value in zip(names, row, strict=True):
             head = f"{INDENT}{name.ljust(label)} | "
-            if isinstance(value, (dict, list)) and value:
+            text_array = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            if isinstance(value, (dict, list)) and value and not text_array:
                 lines = pretty_json(value, " " * len(head))
                 print(head + lines[0].lstrip())
-                print("\n".join(lines[1:]))
+                if lines[1:]:
+                    print("\n".join(lines[1:]))
+            elif isinstance(value, str) and len(head) + len(value) > WIDTH:
+                print(head + f"\n{' ' * len(head)}".join(_wrap(value, WIDTH - len(head))))
             else:
                 print(head + _cell(value))
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    """Long text as lines of at most ``width`` (its own line breaks kept)."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        out += textwrap.wrap(line, max(20, width), break_on_hyphens=False) or [""]
+    return out
+
+
 def _run(
-    conn: Connection, query: str, *, json_result: bool = False
+    conn: Connection,
+    query: str,
+    params: Sequence[Any] | None = None,
+    *,
+    json_result: bool = False,
 ) -> list[tuple[Any, ...]] | None:
-    """Show a statement, run it and show its result (or its error); returns the rows."""
+    """Show a statement, run it and show its result (or its error); returns the rows.
+
+    A statement with ``params`` names them ``$1``, ``$2``... as the server sees them, and the
+    narration says what they are: their values are never shown (a key is one of them)."""
     _gap()
-    print(textwrap.indent(textwrap.dedent(query).strip(), INDENT + "  "))
+    text = textwrap.dedent(query).strip()
+    print(textwrap.indent(text, INDENT + "  "))
     print()
     try:
-        cur = conn.execute(textwrap.dedent(query).strip().encode())
+        if params is None:
+            cur = conn.execute(text.encode())
+        else:
+            for n in range(len(params), 0, -1):
+                text = text.replace(f"${n}", "%s")
+            cur = conn.execute(text, params)
     except psycopg.Error as e:
         diag = e.diag
         print(f"{INDENT}ERROR:  {diag.sqlstate}: {diag.message_primary}")
@@ -181,9 +225,9 @@ def _setup(admin: Connection) -> None:
     _heading("A namespace for the help-desk agent (as an admin)")
     _say(
         """
-        A namespace scopes everything agent memory stores. No model is configured in it: this
-        version has none, so nothing is summarized or extracted. The low
-        compaction_min_target_chars (default 200) lets this short conversation reach, later, the
+        A namespace scopes everything agent memory stores. It starts without a model, so nothing
+        is summarized yet; later in the story an admin gives it one. The low
+        compaction_min_target_chars (default 200) lets this short conversation reach, soon, the
         point where compaction would run.
         """
     )
@@ -377,8 +421,8 @@ def _reads(app: Connection) -> None:
         """
         No model is configured (the namespace's model_spec has no llm and no fallback_model was
         passed), so compaction is skipped: the read returns the ordinary budgeted result, and
-        warnings says why. Compaction comes with models: with one, the oldest three quarters of
-        the history would become one summary at the start of items.
+        warnings says why. Compaction comes with a model: with one, the oldest three quarters of
+        the history become one summary at the start of items, as a later step shows.
         """
     )
 
@@ -482,6 +526,363 @@ def _undo(app: Connection) -> None:
         rows = _run(app, pop)
 
 
+# --- compaction --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The OpenAI-compatible endpoint the demo's environment names."""
+
+    base_url: str
+    model: str
+    api_key: str | None  # never printed
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Endpoint | None:
+        """The endpoint of ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` (``OPENAI_MODEL``), or None
+        when neither is set (an empty value counts as unset)."""
+        key = env.get("OPENAI_API_KEY", "").strip() or None
+        base_url = env.get("OPENAI_BASE_URL", "").strip()
+        if key is None and not base_url:
+            return None
+        model = env.get("OPENAI_MODEL", "").strip() or DEFAULT_OPENAI_MODEL
+        return cls(base_url or DEFAULT_BASE_URL, model, key)
+
+
+def _sql_json(value: dict[str, Any], indent: int) -> str:
+    """A JSON object as a SQL string literal, one key per line (continuation lines indented by
+    ``indent`` spaces)."""
+    members = [json.dumps({k: v})[1:-1] for k, v in value.items()]
+    text = "{" + (",\n" + " " * (indent + 2)).join(members) + "}"
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _server_packages(admin: Connection, server: ThrowawayServer) -> str:
+    """Make ``openai`` importable by the server's Python, as ``aidb-memory deps`` does (into the
+    throwaway server's directory, unless a ``deps`` directory already exists on this host).
+    Returns a sentence saying how it went; never raises."""
+    try:
+        info = probe_server_python(admin, SERVER_MODULE)
+        if "module_version" in info:
+            return f"{SERVER_MODULE} {info['module_version']} already imports in the server."
+        version = ".".join(str(info.get("python", "")).split(".")[:2])
+        directory = default_target(version)
+        where = f"{directory}, where `aidb-memory deps` installed it"
+        if not (directory / SERVER_MODULE / "__init__.py").is_file():
+            directory = server.workdir / "site-packages"
+            where = f"{directory}, removed with the server"
+            print(
+                f"{INDENT}(installing {SERVER_MODULE} for the server's Python {version}; "
+                "this takes a little while)",
+                flush=True,
+            )
+            env = {**os.environ, "PIP_ROOT_USER_ACTION": "ignore"}
+            pip = subprocess.run(
+                pip_command(None, version, directory),
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+                timeout=900,
+            )
+            if pip.returncode != 0:
+                lines = [ln for ln in pip.stderr.splitlines() if ln.strip()]
+                reason = lines[-1].strip() if lines else f"exit {pip.returncode}"
+                return f"pip could not install {SERVER_MODULE} for the server: {reason}."
+            make_readable(directory)
+        with admin.transaction():
+            admin.execute(
+                "INSERT INTO aidb_memory.runtime_settings (key, value) "
+                "VALUES ('server_pythonpath', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (str(directory),),
+            )
+            info = probe_server_python(admin, SERVER_MODULE)
+            if "module_version" not in info:
+                raise CliError(str(info.get("module_error") or "it does not import"))
+        return f"The server's Python imports {SERVER_MODULE} {info['module_version']} from {where}."
+    except (psycopg.Error, CliError, OSError, subprocess.SubprocessError) as e:
+        return f"{SERVER_MODULE} does not import in the server ({first_line(e)})."
+
+
+def _model(admin: Connection, endpoint: Endpoint | None) -> None:
+    _heading("A model for compaction (as an admin)")
+    if endpoint is None:
+        _say(
+            f"""
+            {BUILTIN_LINE}. It quotes whole sentences of the turns (the first goal, the latest
+            state, decisions, numbers, names): deterministic and offline, and its output says what
+            it is. Set OPENAI_API_KEY, or OPENAI_BASE_URL for another OpenAI-compatible endpoint
+            (and OPENAI_MODEL), to see a model summarize instead.
+            """
+        )
+        _run(
+            admin,
+            f"""
+            SELECT aidb_memory.create_model(
+              name     => '{MODEL}',
+              provider => 'builtin',
+              options  => '{{"kind": "extractive"}}'
+            ) AS model_id;
+            """,
+        )
+    else:
+        _say(
+            f"""
+            {"OPENAI_API_KEY" if endpoint.api_key else "OPENAI_BASE_URL"} is set: using the
+            OpenAI-compatible endpoint {endpoint.base_url} with the model {endpoint.model}
+            (OPENAI_MODEL). Models are registered by admins only, so a caller can never make the
+            server contact a URL of its choosing.
+            """
+        )
+        options: dict[str, Any] = {"model": endpoint.model, "base_url": endpoint.base_url}
+        if endpoint.api_key:
+            _say(
+                """
+                The key goes into the database with set_secret, where no API role can read it
+                and no message shows it; $1 is the value of OPENAI_API_KEY (not shown):
+                """
+            )
+            _run(
+                admin,
+                f"SELECT aidb_memory.set_secret(name => '{SECRET}', value => $1);",
+                (endpoint.api_key,),
+            )
+            options["api_key_secret"] = SECRET
+        options |= {"timeout_s": 30, "max_retries": 1}
+        # Built line by line: the options literal spans lines of its own indentation.
+        create = (
+            "SELECT aidb_memory.create_model(\n"
+            f"  name     => '{MODEL}',\n"
+            "  provider => 'openai',\n"
+            f"  options  => {_sql_json(options, len('  options  => '))}\n"
+            ") AS model_id;"
+        )
+        _run(admin, create)
+    _say(
+        """
+        The namespace's model_spec names it as its llm, the model that compaction uses.
+        Extraction into long-term memory (which would use it too) stays off in this walkthrough.
+        """
+    )
+    _run(
+        admin,
+        f"""
+        SELECT name, model_spec, config
+        FROM aidb_memory.namespace_update(
+          name       => 'helpdesk_namespace',
+          model_spec => '{{"llm": "{MODEL}"}}',
+          config     => '{{"extraction": false}}'
+        );
+        """,
+    )
+
+
+# The rest of alice's second conversation: long enough that a read with BUDGET chars compacts.
+_MORE = [
+    (
+        "One more thing: we are growing. Can you add three seats to our pro plan, starting with "
+        "the next billing cycle?",
+        "Sure. Your pro plan has 5 seats at $25 each; from the renewal on April 1 it will have 8 "
+        "seats, so the monthly total goes from $125 to $200 before the SAVE20 discount.",
+    ),
+    (
+        "With SAVE20 that makes what, exactly? Finance needs the number for their forecast.",
+        "SAVE20 takes 20% off: 8 seats at $25 is $200, minus $40, so $160 a month. I added a "
+        "note with that figure to the account for your finance team.",
+    ),
+    (
+        "Good. Also, our company moved: invoices should go to 14 Harbour Street, Leith, "
+        "Edinburgh EH6 6JJ.",
+        "I updated the billing address to 14 Harbour Street, Leith, Edinburgh EH6 6JJ. Invoices "
+        "from April 1 on show it; past invoices keep the old address.",
+    ),
+    (
+        "Can past invoices be reissued with the new address? Our auditor, Priya Shah, asked for "
+        "that.",
+        "Yes, I can reissue the invoices for January to March. They get new numbers "
+        "(INV-2025-0412 to INV-2025-0414) and the originals are marked as replaced. Shall I?",
+    ),
+    (
+        "Yes please, go ahead with all three.",
+        "Done: INV-2025-0412, INV-2025-0413 and INV-2025-0414 are reissued with the new address "
+        "and emailed to billing@alice-co.example. The originals are marked as replaced.",
+    ),
+    (
+        "We also need our VAT number on every invoice: GB 123 4567 89.",
+        "I added VAT number GB 123 4567 89 to the account. It appears on every invoice from now "
+        "on, including the three I just reissued, which I regenerated.",
+    ),
+    (
+        "Can we pay annually instead of monthly? Priya says it is easier for the audit.",
+        "Yes: annual billing charges 10 months for 12, so $1,600 a year for 8 seats after "
+        "SAVE20. You can switch at the April 1 renewal; I cannot switch mid-cycle.",
+    ),
+    (
+        "Let's do that: switch us to annual billing at the April renewal.",
+        "Scheduled: from April 1 your plan bills annually, $1,600 for 8 seats with SAVE20. "
+        "You get a confirmation email today and a reminder a week before.",
+    ),
+    (
+        "Last question: can I export all our invoices as a CSV for Priya?",
+        "Yes: Billing > Invoices > Export gives a CSV of every invoice with its number, date, "
+        "amount, VAT and status. I also emailed you the export for 2024 and 2025.",
+    ),
+    (
+        "Perfect, that is everything. Thanks for sorting all of this out!",
+        "My pleasure, Alice: 8 seats and annual billing from April 1, the new address and VAT "
+        "number on every invoice, three invoices reissued. Have a good day!",
+    ),
+]
+
+_BUDGETED = f"""
+    SELECT items->0->>'kind' AS first_item, items->0->'meta' AS first_meta,
+           length(items->0->>'content') AS first_chars, {BUDGET} / 4 AS target_chars,
+           jsonb_path_query_array(items, '$[*].seq') AS seqs,
+           compacted_entries, overflow_chars, warnings, items->0->>'content' AS first_content
+    FROM aidb_memory.session_get(
+           namespace   => 'helpdesk_namespace',
+           actor_id    => 'alice',
+           session_id  => 'conv-738950',
+           limit_chars => {BUDGET}
+         );
+"""
+
+_CALLS = """
+    SELECT model_name, purpose, outcome, latency_ms, chars_in, chars_out, error
+    FROM aidb_memory.model_calls ORDER BY id;
+"""
+
+_COMPACTION_CALLS = """
+    SELECT count(*) AS compaction_calls
+    FROM aidb_memory.model_calls WHERE purpose = 'compaction';
+"""
+
+# What each warning of a budgeted read means, for the narration.
+_WARNINGS = {
+    "compaction_call_failed": "the model call failed; model_calls below has the error",
+    "compaction_summary_overlength": (
+        "the model's summary was still longer than the target after one retry"
+    ),
+    "compaction_model_unavailable": "the namespace's model is not registered",
+    "compaction_budget_too_small": "a quarter of the budget is too small for a summary",
+    "compaction_busy": "another read was compacting this session",
+}
+
+
+def _compaction(app: Connection, admin: Connection) -> None:
+    _heading("The conversation goes on, past the agent's budget")
+    _say(
+        """
+        Alice stays in conv-738950 with more requests. The application stores the exchange
+        with one add; $1 is these turns as a jsonb array:
+        """
+    )
+    _gap()
+    turns: list[dict[str, str]] = []
+    for question, answer in _MORE:
+        for role, text in (("user", question), ("assistant", answer)):
+            turns.append({"role": role, "content": text})
+            lines = textwrap.wrap(text, WIDTH - len(INDENT) - 11)
+            print(f"{INDENT}{role:10} {lines[0]}")
+            for line in lines[1:]:
+                print(f"{INDENT}{'':10} {line}")
+    _run(
+        app,
+        """
+        SELECT aidb_memory.add(
+          namespace  => 'helpdesk_namespace',
+          actor_id   => 'alice',
+          turns      => $1,
+          session_id => 'conv-738950'
+        );
+        """,
+        (Jsonb(turns),),
+    )
+    _run(
+        app,
+        """
+        SELECT session_id, turn_count, total_chars
+        FROM aidb_memory.session_list(namespace => 'helpdesk_namespace', actor_id => 'alice')
+        WHERE session_id = 'conv-738950';
+        """,
+    )
+    _say(
+        f"""
+        The agent reads its history with limit_chars => {BUDGET}, less than the session holds.
+        """
+    )
+
+    _heading("session_get over budget: compaction")
+    _say(
+        f"""
+        This read finds the turns over its budget and compacts once: the oldest three quarters
+        of the turns not yet summarized, cut at a round boundary, become one summary of at most
+        a quarter of limit_chars ({BUDGET // 4} chars), written by {MODEL}. The summary comes
+        first in items (kind summary, role system, no seq; meta says what it covers), then the
+        newest rounds that fit.
+        """
+    )
+    rows = _run(app, _BUDGETED)
+    summarized = False
+    if rows:
+        kind, meta, chars, target, _seqs, compacted, overflow, warnings, _text = rows[0]
+        if kind == "summary" and isinstance(meta, dict):
+            summarized = not warnings
+            _say(
+                f"""
+                A summary was created: turns {meta.get("from_seq")} to {meta.get("to_seq")}
+                ({meta.get("turn_count")} turns) in {chars} chars, within the target of {target};
+                compacted_entries {compacted} (the turns it stands for), overflow_chars
+                {overflow}, warnings {_cell(warnings)}.
+                """
+            )
+        else:
+            codes = ", ".join(warnings or []) or "none"
+            why = "; ".join(_WARNINGS.get(w, w) for w in warnings or [])
+            _say(
+                f"""
+                No summary was written: warnings {codes}{f": {why}" if why else ""}. The read is
+                answered all the same, with the newest whole rounds that fit (overflow_chars
+                {overflow} left out), as without a model: compaction never fails a read.
+                """
+            )
+    _say("As an admin, the model call as recorded (no content, never a key):")
+    _run(admin, _CALLS)
+
+    _heading("The same budgeted read again")
+    _run(
+        app,
+        f"""
+        SELECT items->0->>'kind' AS first_item, items->0->'meta' AS first_meta,
+               compacted_entries, overflow_chars, warnings
+        FROM aidb_memory.session_get(
+               namespace   => 'helpdesk_namespace',
+               actor_id    => 'alice',
+               session_id  => 'conv-738950',
+               limit_chars => {BUDGET}
+             );
+        """,
+    )
+    calls = _run(admin, _COMPACTION_CALLS)
+    count = calls[0][0] if calls else "?"
+    if summarized:
+        _say(
+            f"""
+            Still {count} compaction call: the summary and the newest turns fit the budget
+            together, so the read returns the stored summary and calls no model. The turns it
+            stands for are still stored, unchanged; an unbudgeted read returns them all.
+            """
+        )
+    else:
+        _say(
+            f"""
+            {count} compaction calls: without a stored summary, each over-budget read tries
+            again, and each still answers with the newest rounds that fit.
+            """
+        )
+
+
 def _listing(app: Connection, admin: Connection) -> None:
     _heading("Alice's sessions: session_list")
     _say("Index rows, never transcripts; the most recently active first.")
@@ -504,7 +905,8 @@ def _listing(app: Connection, admin: Connection) -> None:
     _say(
         """
         An admin sees the event each add recorded for long-term memory: one per add, none for the
-        retry. They are skipped because the namespace has no extraction model.
+        retry. They are skipped: at first the namespace had no model, and since it has one its
+        config keeps extraction off.
         """
     )
     _run(
@@ -520,6 +922,7 @@ def main() -> int:
     """Run the walkthrough; the server is removed however it ends."""
     global _step
     _step = 0
+    endpoint = Endpoint.from_env(os.environ)
     print(
         "aidb_memory demo: the help-desk conversation, on a throwaway PostgreSQL server ...",
         flush=True,
@@ -541,12 +944,22 @@ def main() -> int:
                 """
             )
             _run(admin, "SELECT aidb_memory.version();")
+            if endpoint is not None:
+                _say(
+                    f"""
+                    A model endpoint is configured, so the server's Python needs the
+                    {SERVER_MODULE} package, which `aidb-memory deps` installs:
+                    """
+                )
+                _say(_server_packages(admin, server))
             _setup(admin)
             with psycopg.connect(server.dsn("demo", APP_ROLE), autocommit=True) as app:
                 _first_session(app)
                 _reads(app)
                 _handoff(app)
                 _undo(app)
+                _model(admin, endpoint)
+                _compaction(app, admin)
                 _listing(app, admin)
     print("\ndemo finished; the server is stopped and its files removed.")
     return 0

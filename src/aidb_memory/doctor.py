@@ -63,9 +63,10 @@ class Check:
     detail: str
     fix: str = ""
     skipped: bool = False
+    failure: str = "missing"  # the status word when not ok (``failed`` for a model call)
 
     def line(self) -> str:
-        status = "skipped" if self.skipped else "ok" if self.ok else "missing"
+        status = "skipped" if self.skipped else "ok" if self.ok else self.failure
         fix = f"\n{'':21}fix: {self.fix}" if self.fix and not self.ok else ""
         return f"{status:8} {self.name:11} {self.detail}{fix}"
 
@@ -100,6 +101,68 @@ def probe_server_python(conn: Connection, module: str = SERVER_MODULE) -> dict[s
     return found
 
 
+def _model_label(name: str, provider: Any, options: Any) -> str:
+    """A model as a report line names it: never a key (options hold none), never its URL."""
+    opts = options if isinstance(options, dict) else {}
+    what = opts.get("model") if provider == "openai" else opts.get("kind")
+    return f"{name} ({provider}{f' {what}' if what else ''})"
+
+
+def check_models(conn: Connection) -> list[Check]:
+    """One line per registered model: calls it once with ``aidb_memory.model_check``.
+
+    Reads ``aidb_memory.models`` as the connecting role; a role that may not (not in
+    aidb_admins) gets one skipped line. A model that does not answer is a ``failed`` line with
+    the error (which the server composes without the key), never an exception."""
+    try:
+        with conn.transaction():
+            models = conn.execute(
+                "SELECT name, provider, options FROM aidb_memory.models ORDER BY name"
+            ).fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        user = conn.execute("SELECT current_user").fetchone()
+        return [
+            Check(
+                "models",
+                False,
+                f"not checked: {user[0] if user else 'this role'} may not read aidb_memory.models",
+                "run doctor as a member of aidb_admins or a superuser",
+                skipped=True,
+            )
+        ]
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return []  # no aidb_memory here (or one from before models): the install line says so
+    if not models:
+        return [Check("models", True, "none registered (aidb_memory.create_model adds one)")]
+    checks = []
+    for name, provider, options in models:
+        label = _model_label(name, provider, options)
+        try:
+            with conn.transaction():  # the call's usage row is kept
+                row = conn.execute("SELECT aidb_memory.model_check(%s)", (name,)).fetchone()
+            result = row[0] if row and isinstance(row[0], dict) else {}
+        except psycopg.Error as e:
+            result = {"ok": False, "error": first_line(e)}
+        if result.get("ok"):
+            checks.append(
+                Check("model", True, f"{label}: answered in {result.get('latency_ms')} ms")
+            )
+            continue
+        error = " ".join(str(result.get("error") or "no answer").split())
+        quoted = name.replace("'", "''")
+        checks.append(
+            Check(
+                "model",
+                False,
+                f"{label}: {error}",
+                "check its base_url, key and network; "
+                f"SELECT aidb_memory.model_check('{quoted}') tries it again",
+                failure="failed",
+            )
+        )
+    return checks
+
+
 def run(conn: Connection) -> list[Check]:
     """Every check, in the order a person would fix them."""
     version = conn.execute("SHOW server_version").fetchone()
@@ -122,7 +185,7 @@ def run(conn: Connection) -> list[Check]:
                 skipped=True,
             )
         )
-        return checks
+        return checks + check_models(conn)
     try:
         info = probe_server_python(conn)
     except (psycopg.Error, CliError) as e:
@@ -177,4 +240,5 @@ def run(conn: Connection) -> list[Check]:
                 else "`aidb-memory verify` lists the drift; `aidb-memory install` repairs it",
             )
         )
+        checks += check_models(conn)
     return checks

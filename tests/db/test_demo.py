@@ -1,7 +1,9 @@
 """``make demo`` (SPEC §9): the walkthrough runs, tells its story and leaves nothing behind.
 
 It runs as a user runs it, ``python -m aidb_memory demo`` in its own process, with its own
-throwaway server (not the test run's).
+throwaway server (not the test run's). Compaction uses the builtin extractive summarizer unless
+``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` name an endpoint; here that endpoint is the fake
+OpenAI-compatible server (tests/fake_openai.py), answering or failing.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import subprocess
 
 import pytest
 
-from aidb_memory.demo import pretty_json
+from aidb_memory.demo import BUILTIN_LINE, pretty_json
 from conftest import run_cli
+from fake_openai import FakeOpenAI, Reply, serve
 
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
@@ -31,9 +34,26 @@ def _step(steps: dict[str, str], word: str) -> str:
     return matching[0]
 
 
+# Whatever the environment of the test run, the plain demo sees no endpoint (empty counts as unset).
+NO_ENDPOINT = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "OPENAI_MODEL": ""}
+KEY = "sk-demo-never-printed-7f3a9c"
+SUMMARY = (
+    "Alice (pro plan, SAVE20) gets 8 seats and annual billing from April 1.\n"
+    "Invoices INV-2025-0412 to 0414 were reissued to 14 Harbour Street."
+)
+
+
 @pytest.fixture(scope="module")
 def demo() -> subprocess.CompletedProcess[str]:
-    return run_cli("demo")
+    return run_cli("demo", env=NO_ENDPOINT)
+
+
+def run_demo_with(
+    fake: FakeOpenAI, model: str = "demo-chat-model"
+) -> subprocess.CompletedProcess[str]:
+    """The demo with the fake server as its OpenAI-compatible endpoint, and a key."""
+    env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_MODEL": model, "OPENAI_API_KEY": KEY}
+    return run_cli("demo", env=env)
 
 
 def test_demo_runs_the_walkthrough(
@@ -85,7 +105,7 @@ def test_demo_runs_the_walkthrough(
     pops = _step(steps, "session_pop")
     assert re.search(r"4 +\| assistant \|", pops) and re.search(r"3 +\| user +\|", pops)
     listing = _step(steps, "session_list")
-    assert re.search(r"conv-738950 \| helpdesk-agent-64849 \| false +\| +2 \|", listing)
+    assert re.search(r"conv-738950 \| helpdesk-agent-64849 \| false +\| +22 \|", listing)
     assert re.search(r"conv-738949 \| helpdesk-agent-64849 \| true +\| +7 \|", listing)
 
     admins = _step(steps, "admins")
@@ -110,6 +130,123 @@ def test_demo_leaves_nothing_running(
         ["pgrep", "-f", f"postgres -p {port} "], capture_output=True, text=True, check=False
     )
     assert not lingering.stdout.strip(), lingering.stdout
+
+
+def _summary_fields(step: str) -> dict[str, str]:
+    """The single-record result of the compacting read, ``name | value`` per line (a long value
+    continues on lines of its own)."""
+    fields: dict[str, str] = {}
+    name = ""
+    for line in step.splitlines():
+        match = re.match(r"^   (\w+) +\| (.*)$", line)
+        if match:
+            name = match.group(1)
+            fields[name] = match.group(2)
+        elif name and line.startswith(" " * 10) and line.strip():
+            fields[name] += "\n" + line.strip()
+        else:
+            name = ""
+    return fields
+
+
+def test_demo_without_an_endpoint_compacts_with_the_builtin_summarizer(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    out = demo.stdout
+    assert demo.returncode == 0, out + demo.stderr
+    steps = _steps(out)
+    model = _step(steps, "A model for compaction")
+    assert BUILTIN_LINE in model
+    assert "provider => 'builtin'" in model and '"kind": "extractive"' in model
+    assert '"llm": "helpdesk_llm"' in model
+    assert "set_secret" not in out and "api.openai.com" not in out
+
+    grown = _step(steps, "goes on")
+    assert re.search(r"conv-738950 \| +22 \| +\d{4} ", grown), grown
+    compacting = _step(steps, "over budget")
+    fields = _summary_fields(compacting)
+    assert fields["first_item"] == "summary"
+    assert re.fullmatch(
+        r'\{"model": "helpdesk_llm", "to_seq": (\d+), "from_seq": 1, "turn_count": \1\}',
+        fields["first_meta"],
+    ), fields
+    covered = int(re.findall(r"\d+", fields["first_meta"])[0])
+    assert 10 <= covered < 22
+    assert int(fields["first_chars"]) <= int(fields["target_chars"]) == 400
+    assert fields["compacted_entries"] == str(covered)
+    assert fields["overflow_chars"] == "0" and fields["warnings"] == "{}"
+    assert fields["first_content"].startswith(
+        f"[Extractive summary of turns 1-{covered}, quoted by aidb_memory's builtin"
+    )
+    assert f"A summary was created: turns 1 to {covered} ({covered} turns)" in compacting
+    assert re.search(r"helpdesk_llm \| compaction \| ok ", compacting), compacting
+
+    again = _step(steps, "budgeted read again")
+    assert re.search(r"compaction_calls\n-+\n +1\n", again), again
+    assert "Still 1 compaction call" in again
+
+
+def test_demo_with_an_endpoint_compacts_with_that_model() -> None:
+    with serve() as fake:
+        fake.queue(Reply(content=SUMMARY))
+        result = run_demo_with(fake)
+        calls = fake.calls()
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert KEY not in out + result.stderr
+    assert BUILTIN_LINE not in out
+    steps = _steps(out)
+    assert "The server's Python imports openai" in _step(steps, "Install"), out
+
+    model = _step(steps, "A model for compaction")
+    assert f"using the OpenAI-compatible endpoint {fake.base_url}" in model
+    assert "with the model demo-chat-model" in model
+    assert "set_secret(name => 'helpdesk_openai_key', value => $1)" in model
+    assert '"api_key_secret": "helpdesk_openai_key"' in model
+
+    # The endpoint got the one compaction request, with OPENAI_MODEL and the stored key.
+    (request,) = calls
+    assert request.body["model"] == "demo-chat-model"
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    sent = request.body["messages"][-1]["content"]
+    assert "14 Harbour Street" in sent and "Have a good day" not in sent, "newest round kept"
+
+    compacting = _step(steps, "over budget")
+    fields = _summary_fields(compacting)
+    assert fields["first_item"] == "summary"
+    assert fields["first_content"] == SUMMARY
+    assert fields["first_chars"] == str(len(SUMMARY)) and fields["warnings"] == "{}"
+    assert "A summary was created" in compacting
+    again = _step(steps, "budgeted read again")
+    assert re.search(r"compaction_calls\n-+\n +1\n", again), again
+    assert out.rstrip().endswith("the server is stopped and its files removed.")
+
+
+def test_demo_with_a_failing_endpoint_completes_and_says_why() -> None:
+    with serve() as fake:
+        fake.default = lambda req: Reply(status=500)
+        result = run_demo_with(fake)
+        calls = fake.calls()
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "Traceback" not in out + result.stderr
+    assert KEY not in out + result.stderr
+    assert calls and all(c.body["model"] == "demo-chat-model" for c in calls)
+    steps = _steps(out)
+    compacting = _step(steps, "over budget")
+    fields = _summary_fields(compacting)
+    assert fields["first_item"] != "summary"
+    assert fields["warnings"] == "{compaction_call_failed}"
+    assert fields["compacted_entries"] == "0" and int(fields["overflow_chars"]) > 0
+    assert "No summary was written: warnings compaction_call_failed" in compacting
+    assert re.search(r"outcome +\| error\n", compacting), compacting
+    assert "HTTP 500" in compacting
+    again = _step(steps, "budgeted read again")
+    assert "{compaction_call_failed}" in again
+    assert re.search(r"compaction_calls\n-+\n +2\n", again), again
+    # The rest of the story runs as before.
+    assert "conv-738950 | helpdesk-agent-64849 | false" in _step(steps, "session_list")
+    assert out.rstrip().endswith("the server is stopped and its files removed.")
 
 
 def test_pretty_json_wraps_what_does_not_fit() -> None:
