@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from conftest import ADMIN_USER, APP_USER, Database
+from fake_openai import serve
 
 KNOWN_FUNCTIONS = {"init", "namespace_update", "version", "runtime_info"}
 PRIVILEGE_ERROR = "42501"
@@ -325,6 +326,61 @@ def test_session_settings_cannot_choose_where_the_server_imports_from(
     assert probe["evil_findable"] is False
     assert probe["package_origin"] == "aidb_memory.runtime_modules:aidb_memory_server"
     assert list(markers.iterdir()) == []
+
+
+_URL_SETTINGS = (
+    "aidb_memory.base_url",
+    "aidb_memory.openai_base_url",
+    "aidb_memory.model_url",
+    "openai.base_url",
+    "openai.api_base",
+    "aidb.base_url",
+)
+
+
+def test_session_settings_cannot_redirect_a_model_call_or_its_import(
+    db: Database, evil_dir: tuple[Path, Path]
+) -> None:
+    """An aidb_users member who SETs every setting it can think of (import directories, base
+    URLs, search_path) and then makes the server call a model: the call goes to the URL the
+    admin registered, ``openai`` comes from the recorded directory, the attacker's server is
+    never contacted and no module of the attacker's is imported."""
+    code, markers = evil_dir
+    with serve() as registered, serve() as attacker:
+        db.sql(
+            "SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)",
+            (json.dumps({"model": "fake-chat", "base_url": registered.base_url}),),
+        )
+        db.sql("SELECT aidb_memory.init('redirect', '{\"llm\": \"chat\"}')")
+        db.sql("CREATE SCHEMA evil_schema")
+        db.sql("GRANT USAGE ON SCHEMA evil_schema TO PUBLIC")
+        urls = " ".join(f"-c {name}={attacker.base_url}" for name in _URL_SETTINGS)
+        options = f"-c aidb_memory.server_pythonpath={code} {urls}"
+        with psycopg.connect(db.dsn(APP_USER), autocommit=True, options=options) as app:
+            _evil_settings(app, code)
+            for name in _URL_SETTINGS:
+                app.execute(
+                    pgsql.SQL("SET {} = {}").format(
+                        pgsql.Identifier(*name.split(".")), pgsql.Literal(attacker.base_url)
+                    )
+                )
+            turns = [{"role": "user", "content": "x" * 100} for _ in range(20)]
+            app.execute(
+                "SELECT aidb_memory.add('redirect', 'mallory', %s::jsonb, 's')",
+                (json.dumps(turns),),
+            )
+            # A fallback_model is a registered name, never a URL.
+            row = app.execute(
+                "SELECT items, warnings FROM aidb_memory.session_get('redirect', 'mallory', 's',"
+                " 1000, %s)",
+                (attacker.base_url,),
+            ).fetchone()
+        assert row is not None
+        items, warnings = row
+        assert warnings == [] and items[0]["kind"] == "summary"
+        assert len(registered.calls()) == 1
+        assert attacker.requests == []
+    assert list(markers.iterdir()) == [], "the attacker's openai.py was never imported"
 
 
 def test_a_recorded_directory_is_what_the_server_imports_from(
