@@ -6,10 +6,13 @@ summary of at most a quarter of the budget. This module decides whether a read s
 where the cut falls, what the model is sent, and whether its answer is usable; ``compactor``
 does the database part.
 
-Why this keeps compaction rare: it only runs when the unsummarized turns exceed the budget less
-the newest summary (at most a quarter of it), so each run folds at least about 9/16 of the
-budget into a summary: a history of C chars read with a budget B costs at most C / (B/2) + 1
-model calls, whatever the number of reads.
+Why this keeps compaction rare: it only runs when the unsummarized turns U exceed the budget B
+less the newest summary (at most B/4), so U > 3B/4; the cut is the first round boundary at or
+past three quarters of U, so each run folds more than 9B/16 of history into a summary (when
+the newest round is at most a quarter of U; otherwise the last boundary before it, which still
+folds U minus that round). A history of C chars read with a budget B whose turns are at most
+B/4 therefore costs at most C / (B/2) + 1 model calls, whatever the number of reads. A cut
+"nearest" three quarters would not keep that bound: it may fall up to half a turn short.
 """
 
 from __future__ import annotations
@@ -64,14 +67,13 @@ def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> in
     ``spans`` are the unsummarized readable turns in order; the first begins a round. A cut after
     a turn is allowed when no round crosses it (every later turn's round starts after it) and the
     next turn is at or before ``stop_seq`` (the newest round, which a later ``add`` may still
-    extend, is never summarized). Of the allowed cuts, the one whose share of the chars is
-    nearest three quarters, but never more input than ``max_input_chars`` unless no smaller cut
-    exists.
+    extend, is never summarized). Of the allowed cuts: the first at or past three quarters of
+    the chars, else the last before it; but never more input than ``max_input_chars`` (then the
+    last cut within it) unless no cut is that small (then the first cut).
     """
     if not spans:
         return None
     total = sum(s.chars for s in spans)
-    goal = min(total * SHARE_NUM // SHARE_DEN, max_input_chars)
     # suffix_floor[i]: the smallest round_start among spans[i:]; a cut before spans[i] is allowed
     # exactly when it equals spans[i].seq.
     suffix_floor = [0] * len(spans)
@@ -95,7 +97,8 @@ def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> in
     within = [c for c in candidates if c[0] <= max_input_chars]
     if not within:
         return candidates[0][1]
-    return min(within, key=lambda c: (abs(c[0] - goal), c[0]))[1]
+    past = [c for c in within if SHARE_DEN * c[0] >= SHARE_NUM * total]
+    return past[0][1] if past else within[-1][1]
 
 
 # --- what the model is sent ---------------------------------------------------------------------

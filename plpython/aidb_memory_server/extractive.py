@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MODEL_NAME = "builtin:extractive"
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.MULTILINE)
+# A sentence ends at . ! or ? followed by whitespace or the end: "$1,536.00" and "2.1" stay whole.
+_SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?]+(?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
 _NUMBER = re.compile(r"\d")
 _NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+")
 _DECISION = re.compile(

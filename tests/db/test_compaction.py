@@ -138,7 +138,7 @@ def test_the_summary_covers_whole_rounds_and_the_model_sees_only_them(
     db: Database, fake: FakeOpenAI, app: psycopg.Connection[Any]
 ) -> None:
     """Rounds of four turns sharing a sequence_id (a question, a tool call, its result, an
-    answer): the cut nearest three quarters falls between rounds, never inside one."""
+    answer): the cut at three quarters falls between rounds, never inside one."""
     _model(db, "chat", fake.base_url)
     _namespace(db, "chat")
     for r in range(1, 6):
@@ -165,8 +165,8 @@ def test_the_summary_covers_whole_rounds_and_the_model_sees_only_them(
     ((from_seq, to_seq, turn_count, *_),) = _summaries(db)
     starts = {r[1] for r in rounds}
     assert from_seq == 1 and to_seq + 1 in starts, "the summary ends where a round ends"
-    # Three quarters of five equal rounds: the boundary after round 4 (80%) is nearer 75% than
-    # the one after round 3 (60%).
+    # Three quarters of five equal rounds: the first boundary past 75% is after round 4 (80%);
+    # the one after round 3 (60%) falls short.
     assert (to_seq, turn_count, compacted) == (16, 16, 16)
     assert [i["seq"] for i in items[1:]] == [17, 18, 19, 20]
     assert overflow == 0
@@ -231,7 +231,7 @@ def test_a_second_read_uses_the_summary_without_calling_the_model(
     assert second == first
     assert len(fake.calls()) == 1
     # Four more turns: the unsummarized 900 chars and the summary's 200 no longer fit 1,000.
-    # The next summary starts where the last one ended: 3/4 of 900 is nearest 7 turns (700).
+    # The next summary starts where the last one ended: 3/4 of 900 is first reached by 7 turns.
     for i in (11, 12):
         _add(app, _exchange(i))
     fake.queue(Reply(content="T" * 100))

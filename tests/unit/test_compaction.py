@@ -78,19 +78,26 @@ def test_a_single_turn_that_is_the_newest_round_cannot_be_cut() -> None:
     assert compaction.choose_cut(_own_rounds([100]), 1, NO_CAP) is None
 
 
-def test_cut_nearest_three_quarters() -> None:
+def test_cut_at_the_first_boundary_past_three_quarters() -> None:
     # 40 chars; three quarters is 30, reached exactly after seq 3.
     spans = _own_rounds([10, 10, 10, 10])
     assert compaction.choose_cut(spans, 4, NO_CAP) == 3
-    # 100 chars; goal 75: prefixes 50, 70, 90 -> 70 (seq 2).
+    # 100 chars; three quarters 75: prefixes 50, 70, 90 -> 90 (seq 3), although 70 is nearer.
     spans = _own_rounds([50, 20, 20, 10])
-    assert compaction.choose_cut(spans, 4, NO_CAP) == 2
+    assert compaction.choose_cut(spans, 4, NO_CAP) == 3
 
 
-def test_ties_go_to_the_smaller_prefix() -> None:
-    # 8 chars; goal 6; prefixes 5 and 7 are equally near.
-    spans = _own_rounds([5, 2, 1])
-    assert compaction.choose_cut(spans, 3, NO_CAP) == 1
+def test_no_boundary_past_three_quarters_takes_the_last_before() -> None:
+    # 70 chars; the newest round (50) is more than a quarter: cuts after 1 (10) and 2 (20).
+    spans = _own_rounds([10, 10, 50])
+    assert compaction.choose_cut(spans, 3, NO_CAP) == 2
+
+
+def test_three_quarters_is_not_rounded() -> None:
+    # 5 chars: three quarters is 3.75; 3 chars fall short of it, 4 reach it.
+    assert compaction.choose_cut(_own_rounds([3, 1, 1]), 3, NO_CAP) == 2
+    # 8 chars: exactly 6 is enough.
+    assert compaction.choose_cut(_own_rounds([5, 1, 2]), 3, NO_CAP) == 2
 
 
 def test_never_summarizes_the_newest_round() -> None:
@@ -111,7 +118,7 @@ def test_turns_at_or_after_stop_seq_are_never_summarized_even_in_later_rounds() 
 def test_a_cut_after_the_last_span_is_allowed_when_the_newest_round_is_not_among_them() -> None:
     # The compactor leaves an open tail round out of the spans; stop_seq is then past them.
     spans = _own_rounds([10, 10, 10])
-    assert compaction.choose_cut(spans, 4, NO_CAP) == 2  # 30 chars, goal 22: 20 beats 30
+    assert compaction.choose_cut(spans, 4, NO_CAP) == 3  # 30 chars: 20 < 22.5 <= 30
     spans = _own_rounds([1, 1, 100])
     assert compaction.choose_cut(spans, 4, NO_CAP) == 3
 
@@ -126,11 +133,12 @@ def test_an_interleaved_tool_result_keeps_its_round_whole() -> None:
     # seq 2 calls a tool, seq 3 is a user turn, seq 4 is the tool result pointing back to round 2:
     # round 2 is {2, 4}, so no cut after seq 2 or seq 3.
     spans = _spans((1, 1, 10), (2, 2, 10), (3, 3, 10), (4, 2, 10), (5, 5, 10), (6, 6, 10))
-    # 60 chars, goal 45; allowed cuts after 1 (10), 4 (40), 5 (50) -> 40 (tie with 50 goes low).
-    assert compaction.choose_cut(spans, 6, NO_CAP) == 4
-    # Pointing back past every earlier start: only a cut after 4 or 5 remains.
+    # 60 chars, three quarters 45; allowed cuts after 1 (10), 4 (40), 5 (50) -> 50.
+    assert compaction.choose_cut(spans, 6, NO_CAP) == 5
+    # Pointing back past every earlier start: only a cut after 4 (40) or 5 (50) remains.
     spans = _spans((1, 1, 10), (2, 2, 10), (3, 3, 10), (4, 1, 10), (5, 5, 10), (6, 6, 10))
-    assert compaction.choose_cut(spans, 6, NO_CAP) == 4
+    assert compaction.choose_cut(spans, 6, NO_CAP) == 5
+    assert compaction.choose_cut(spans, 6, 45) == 4
     # The back-pointing turn is past the newest round start: no cut is left at all.
     spans = _spans((1, 1, 10), (2, 2, 10), (3, 1, 10))
     assert compaction.choose_cut(spans, 2, NO_CAP) is None
@@ -140,15 +148,16 @@ def test_a_cut_with_nothing_before_it_is_no_cut() -> None:
     spans = _own_rounds([0, 0, 10])
     assert compaction.choose_cut(spans, 3, NO_CAP) is None
     spans = _own_rounds([0, 4, 0, 4])
-    assert compaction.choose_cut(spans, 4, NO_CAP) == 2  # 8 chars, goal 6: 4 (seq 2) beats 4+0
+    # 8 chars; neither allowed cut (4 chars after seq 2 or 3) reaches 6: the last of them.
+    assert compaction.choose_cut(spans, 4, NO_CAP) == 3
 
 
-def test_cap_picks_the_candidate_nearest_the_capped_goal() -> None:
-    spans = _own_rounds([10, 10, 10, 10, 10])  # 50 chars; uncapped goal 37 -> 40 (seq 4)
+def test_cap_takes_the_last_cut_within_it() -> None:
+    spans = _own_rounds([10, 10, 10, 10, 10])  # 50 chars; three quarters 37.5 -> 40 (seq 4)
     assert compaction.choose_cut(spans, 5, NO_CAP) == 4
     assert compaction.choose_cut(spans, 5, 40) == 4
-    assert compaction.choose_cut(spans, 5, 39) == 3  # goal 37: 30 is the nearest within
-    assert compaction.choose_cut(spans, 5, 25) == 2  # goal 25: 20 is within, 30 is not
+    assert compaction.choose_cut(spans, 5, 39) == 3  # 40 is over the cap: 30
+    assert compaction.choose_cut(spans, 5, 25) == 2  # 20 is within, 30 is not
     assert compaction.choose_cut(spans, 5, 10) == 1
 
 
@@ -228,20 +237,16 @@ def test_turns_at_or_after_any_stop_seq_are_never_summarized(
 
 
 @given(sessions())
-def test_uncapped_cut_is_nearest_three_quarters_ties_low(session: tuple[list[Span], int]) -> None:
+def test_uncapped_cut_is_the_first_past_three_quarters(session: tuple[list[Span], int]) -> None:
     spans, stop = session
     cut = compaction.choose_cut(spans, stop, NO_CAP)
     allowed = _allowed_cuts(spans, stop)
     if cut is None:
         return
     total = sum(s.chars for s in spans)
-    chosen = next(chars for chars, seq in allowed if seq == cut)
-    # Distances to three quarters of the total, times four to stay in integers.
-    off = abs(4 * chosen - 3 * total)
-    for chars, _ in allowed:
-        assert abs(4 * chars - 3 * total) >= off, (chars, chosen, total)
-        if abs(4 * chars - 3 * total) == off:
-            assert chars >= chosen
+    # Times four to stay in integers.
+    past = [seq for chars, seq in allowed if 4 * chars >= 3 * total]
+    assert cut == (past[0] if past else allowed[-1][1])
 
 
 @given(sessions(), st.integers(0, 800))
@@ -260,9 +265,8 @@ def test_capped_cut_stays_within_the_cap_when_it_can(
         return
     assert chosen <= cap
     total = sum(s.chars for s in spans)
-    goal4 = min(3 * total, 4 * cap)  # the goal, times four
-    off = abs(4 * chosen - goal4)
-    assert all(abs(4 * chars - goal4) >= off for chars in within)
+    past = [chars for chars in within if 4 * chars >= 3 * total]
+    assert chosen == (past[0] if past else within[-1])
 
 
 # --- amortization: a chat read after every exchange -----------------------------------------------
@@ -338,19 +342,10 @@ def test_compactions_are_amortized_in_a_steady_chat_of_small_and_quarter_turns()
     # Budget 1600 (summaries of at most 400, turns of at most 400); exchanges (201, 400) and
     # (99, 1) repeated. Once a 400-char summary exists, reads compact whenever 1201 unsummarized
     # chars have gathered, laid out as [400, 99, 1, 201, 400, 99, 1]. Three quarters is 900.75;
-    # the nearest allowed cuts summarize 701 chars (199.75 below) or 1101 (200.25 above), and
-    # 701 is taken. Each compaction thus folds 701 chars, less than half the budget, and the next
-    # 701 chars (two exchanges) bring the next compaction: 48 compactions for 35,000 chars where
-    # the bound is 35,000 // 800 + 1 = 44 (the first failure is at 25 repetitions: 23 > 22).
+    # a cut "nearest" it would summarize 701 chars (199.75 below, nearer than 1101), less than
+    # half the budget, and make 48 compactions for 35,000 chars where the bound is
+    # 35,000 // 800 + 1 = 44. The first cut past three quarters (1101) keeps the bound.
     _assert_amortized(1600, [201, 400, 99, 1] * 50, "exactly the target")
-
-
-def test_nearest_three_quarters_is_not_rounded_down_first() -> None:
-    # 5 chars: three quarters is 3.75; the cut after seq 2 (4 chars) is nearer than after seq 1
-    # (3 chars), but a goal rounded down to 3 picks seq 1.
-    assert compaction.choose_cut(_own_rounds([3, 1, 1]), 3, NO_CAP) == 2
-    # 25 chars: three quarters is 18.75; 19 (seq 3) is nearer than 17 (seq 2).
-    assert compaction.choose_cut(_own_rounds([0, 17, 2, 6]), 4, NO_CAP) == 3
 
 
 # --- what the model is sent -----------------------------------------------------------------------

@@ -57,3 +57,10 @@ def test_never_over_target_and_deterministic(turns: list[Source], target: int) -
     first = summarize(turns, target, 1, max(1, len(turns)))
     assert len(first) <= target
     assert first == summarize(turns, target, 1, max(1, len(turns)))
+
+
+def test_a_decimal_point_does_not_end_a_sentence() -> None:
+    turns = [Source("user", "The plan costs $1,536.00 a year. Version 2.1 is out!")]
+    text = summarize(turns, 500, 1, 1)
+    assert "- user: The plan costs $1,536.00 a year." in text.splitlines()
+    assert "- user: Version 2.1 is out!" in text.splitlines()
