@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -10,13 +11,15 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from aidb_memory import cli, connection, deps
 from aidb_memory.doctor import probe_server_python
-from conftest import APP_USER, Database, run_cli
+from conftest import ADMIN_USER, APP_USER, Database, run_cli
+from fake_openai import FakeOpenAI, Reply, refused_port, serve
 
 TESTPKG = "aidb_memory_testpkg"
 
@@ -145,6 +148,108 @@ def test_doctor_on_a_server_without_plpython(
         f"fix: apt-get install postgresql-plpython3-{major} (on the database host)"
     )
     assert not re.search(r"^\w+\s+python\s", out, re.M)  # nothing more is tried without it
+
+
+# --- doctor: models reachable ----------------------------------------------------------------
+
+KEY = "sk-doctor-never-shown-41c9"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with serve() as server:
+        yield server
+
+
+def register(db: Database, name: str, base_url: str, **options: Any) -> None:
+    """An openai model at ``base_url``, its key stored with set_secret."""
+    db.sql("SELECT aidb_memory.set_secret('doctor_key', %s)", (KEY,))
+    opts = {
+        "model": "fake-chat",
+        "base_url": base_url,
+        "api_key_secret": "doctor_key",
+        "max_retries": 0,
+        "timeout_s": 5,
+        **options,
+    }
+    db.sql("SELECT aidb_memory.create_model(%s, 'openai', %s::jsonb)", (name, json.dumps(opts)))
+
+
+def model_lines(output: str) -> list[str]:
+    return [ln for ln in output.splitlines() if re.match(r"^\w+\s+model\s", ln)]
+
+
+def test_doctor_calls_a_reachable_model(db: Database, fake: FakeOpenAI) -> None:
+    register(db, "chat", fake.base_url)
+    fake.queue(Reply(content="OK"))
+    result = run_cli("doctor", dsn=db.dsn())
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    (line,) = model_lines(result.stdout)
+    assert re.fullmatch(r"ok       model       chat \(openai fake-chat\): answered in \d+ ms", line)
+    assert "fix:" not in out and KEY not in out
+    # One call, with the stored key; recorded like any other (purpose check).
+    (request,) = fake.calls()
+    assert request.body["model"] == "fake-chat"
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert db.sql("SELECT model_name, purpose, outcome FROM aidb_memory.model_calls") == [
+        ("chat", "check", "ok")
+    ]
+
+
+def test_doctor_reports_a_model_it_cannot_reach(db: Database) -> None:
+    port = refused_port()
+    register(db, "down", f"http://127.0.0.1:{port}/v1")
+    db.sql("SELECT aidb_memory.create_model('quotes', 'builtin', '{\"kind\": \"extractive\"}')")
+    result = run_cli("doctor", dsn=db.dsn())
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "Traceback" not in out and KEY not in out
+    down, quotes = model_lines(result.stdout)  # in name order
+    assert down.startswith("failed   model       down (openai fake-chat): connection failed"), down
+    assert str(port) in down or "onnect" in down
+    lines = result.stdout.splitlines()
+    following = lines[lines.index(down) + 1].strip()
+    assert following.startswith("fix: check its base_url, key and network"), following
+    assert "SELECT aidb_memory.model_check('down')" in following
+    # The other model and the other checks are reported as usual.
+    assert re.fullmatch(
+        r"ok       model       quotes \(builtin extractive\): answered in \d+ ms", quotes
+    )
+    assert line_of(result.stdout, "aidb_memory").startswith("ok ")
+    assert line_of(result.stdout, "python").startswith("ok ")
+
+
+def test_doctor_without_models(db: Database) -> None:
+    result = run_cli("doctor", dsn=db.dsn())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert line_of(result.stdout, "models") == (
+        "ok       models      none registered (aidb_memory.create_model adds one)"
+    )
+    assert not model_lines(result.stdout)
+
+
+def test_doctor_checks_models_as_an_admin_and_skips_them_for_an_app_role(
+    db: Database, fake: FakeOpenAI
+) -> None:
+    register(db, "chat", fake.base_url)
+    # An aidb_admins member (not a superuser) reads the models and calls them.
+    as_admin = run_cli("doctor", dsn=db.dsn(ADMIN_USER))
+    assert "Traceback" not in as_admin.stdout + as_admin.stderr
+    (line,) = model_lines(as_admin.stdout)
+    assert line.startswith("ok       model       chat (openai fake-chat): answered in ")
+    assert len(fake.calls()) == 1
+    # An application role may not read them: one skipped line, no call, no error.
+    as_app = run_cli("doctor", dsn=db.dsn(APP_USER))
+    assert as_app.returncode == 1
+    assert "Traceback" not in as_app.stdout + as_app.stderr and as_app.stderr == ""
+    assert line_of(as_app.stdout, "models") == (
+        f"skipped  models      not checked: {APP_USER} may not read aidb_memory.models"
+    )
+    assert fix_after(as_app.stdout, "models") == (
+        "fix: run doctor as a member of aidb_admins or a superuser"
+    )
+    assert len(fake.calls()) == 1
 
 
 # --- deps -----------------------------------------------------------------------------------
