@@ -70,7 +70,8 @@ COMMENT ON FUNCTION aidb_memory.session_read_plan(text, text, text, integer, tex
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_compact(
     namespace text,
-    session_ref bigint,
+    actor_id text,
+    session_id text,
     limit_chars integer,
     fallback_model text
 )
@@ -80,7 +81,7 @@ RETURNS text[]
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $py$ compactor.session_compact $py$;
-COMMENT ON FUNCTION aidb_memory.session_compact(text, bigint, integer, text) IS
+COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text) IS
 'Internal (called by session_history on an over-budget read): summarizes the oldest three '
 'quarters of the session''s unsummarized turns, cut at a round boundary, into one summary of at '
 'most limit_chars / 4. Never waits for another compaction and never raises for a failed one: '
@@ -101,22 +102,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    r record;
+    compacted boolean := false;
     extra text[] := '{}';
+    n bigint;
 BEGIN
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
     -- re-plans its body on every call; plpgsql keeps the plan for the connection.
-    -- At most two passes: the read, and after a compaction the read again (once per read).
-    FOR pass IN 1..2 LOOP
+    LOOP
         -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset,
         -- seq)); the window keeps the newest whole rounds: a cut is allowed before a turn whose
         -- seq equals the smallest round_start at or after it. Summaries come first when every
-        -- unsummarized turn fits: the newest ones that fit in the budget left.
-        SELECT coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
-               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0) AS overflow,
-               coalesce(sm.turns, 0)::integer AS compacted,
-               p.warnings, p.compact, p.session_ref
-        INTO r
+        -- unsummarized turn fits: the newest ones that fit in the budget left. When the plan
+        -- asks for compaction, the first pass returns no row and reads nothing but the plan.
+        RETURN QUERY
+        SELECT coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb),
+               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0),
+               coalesce(sm.turns, 0)::integer,
+               p.warnings || extra
         FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7) AS p
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
@@ -159,13 +161,15 @@ BEGIN
                 WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
             ) AS x
             WHERE x.used <= p.summary_room
-        ) AS sm ON true;
-        EXIT WHEN pass = 2 OR NOT r.compact;
-        extra := aidb_memory.session_compact($1, r.session_ref, $4, $5);
-        -- No summary written: the first pass is the answer, with the reason.
-        EXIT WHEN cardinality(extra) > 0;
+        ) AS sm ON true
+        WHERE compacted OR NOT p.compact;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        EXIT WHEN n > 0 OR compacted;
+        -- Once per read: compact, then read again (the new summary, or the history as it was
+        -- with the warning that says why there is none).
+        extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
+        compacted := true;
     END LOOP;
-    RETURN QUERY SELECT r.items, r.overflow, r.compacted, r.warnings || extra;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.session_history(text, text, text, integer, text, integer, text) IS

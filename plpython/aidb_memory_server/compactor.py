@@ -27,9 +27,11 @@ from aidb_memory_server.compaction import Source, Span
 
 QUERY_CANCELED = "57014"
 
-_NAMESPACE = """
-SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm
-FROM aidb_memory.namespace n WHERE n.name = $1
+_SESSION = """
+SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref
+FROM aidb_memory.namespace n
+JOIN aidb_memory.session s ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
+WHERE n.name = $1
 """
 _TRY_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock($1, pg_catalog.hashint8($2)) AS ok"
 _STATE = """
@@ -74,11 +76,20 @@ _STORE_TYPES = ("bigint", "bigint", "bigint", "text", "int", "text", "bigint", "
 
 
 def session_compact(
-    namespace_name: str, session_ref: int, limit_chars: int, fallback_model: str | None
+    namespace_name: str,
+    actor_id: str,
+    session_id: str,
+    limit_chars: int,
+    fallback_model: str | None,
 ) -> list[str]:
     """Summarize the oldest unsummarized turns of a session; the warnings of the attempt
-    (empty when a summary was written or none is needed any more)."""
-    ns = db.execute(_NAMESPACE, ("text",), (namespace_name,))[0]
+    (empty when a summary was written or none is needed any more). The read's plan has
+    validated the arguments."""
+    found = db.execute(_SESSION, ("text", "text", "text"), (namespace_name, actor_id, session_id))
+    if not found.nrows():
+        return []  # deleted since the plan was made
+    ns = found[0]
+    session_ref = int(ns["ref"])
     config = validation.effective_config(json.loads(ns["config"]))
     target = compaction.target_chars(limit_chars)
     if target < config["compaction_min_target_chars"]:

@@ -1,6 +1,8 @@
-"""docs/reference.md is tested: its examples run and print what it says, and nothing is missing.
+"""The documentation is tested: docs/reference.md and docs/models.md run their examples and
+print what they say, the reference misses no function or view, and links between the documents
+resolve.
 
-The conventions (also stated at the top of the reference):
+The conventions (also stated at the top of the reference; models.md follows them too):
 
 - Every ```sql block runs, in document order, in one freshly installed database, through psql,
   as the superuser; a first line ``-- role: NAME`` runs it after ``SET ROLE NAME``.
@@ -11,6 +13,7 @@ The conventions (also stated at the top of the reference):
   block must fail.
 - A ```sql block without a ```text block must succeed and print no error or warning.
 - Every function and view of the schema has a heading naming it and at least one example.
+- Each document's examples run in a database of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import pytest
 from conftest import REPO, Database, psql
 
 REFERENCE = REPO / "docs" / "reference.md"
+MODELS = REPO / "docs" / "models.md"
+# The documents whose relative links must resolve, to files and to headings.
+LINKED = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCHEMA = "aidb_memory"
 _ROLE = re.compile(r"^--\s*role:\s*(\S+)\s*$")
 _STDERR = ("ERROR:", "HINT:", "DETAIL:", "NOTICE:", "WARNING:")
@@ -43,6 +49,7 @@ class Example:
     sql: str
     role: str | None
     expected: list[str] | None  # None: only success is checked
+    doc: str = "reference.md"  # for messages
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class _Block:
     body: list[str]
 
 
-def _blocks(text: str) -> list[_Block]:
+def _blocks(text: str, doc: str = "reference.md") -> list[_Block]:
     lines = text.splitlines()
     blocks = []
     i = 0
@@ -70,23 +77,23 @@ def _blocks(text: str) -> list[_Block]:
             body.append(lines[i])
             i += 1
         if i == len(lines):
-            raise ValueError(f"reference.md:{start}: code block is never closed")
+            raise ValueError(f"{doc}:{start}: code block is never closed")
         blocks.append(_Block(lang, start, i + 1, body))
         i += 1
     return blocks
 
 
-def parse_examples(text: str) -> list[Example]:
+def parse_examples(text: str, doc: str = "reference.md") -> list[Example]:
     """Every ```sql block with its expected output; a stray ```text block is an error."""
     lines = text.splitlines()
-    blocks = _blocks(text)
+    blocks = _blocks(text, doc)
     examples = []
     paired: set[int] = set()
     for n, block in enumerate(blocks):
         if block.lang != "sql":
             continue
         if not "\n".join(block.body).strip():
-            raise ValueError(f"reference.md:{block.start}: empty sql block")
+            raise ValueError(f"{doc}:{block.start}: empty sql block")
         expected = None
         following = blocks[n + 1] if n + 1 < len(blocks) else None
         between = lines[block.end : following.start - 1] if following else []
@@ -98,11 +105,11 @@ def parse_examples(text: str) -> list[Example]:
         first = block.body[0].strip() if block.body else ""
         match = _ROLE.match(first)
         role = match.group(1) if match else None
-        examples.append(Example(block.start, "\n".join(block.body) + "\n", role, expected))
+        examples.append(Example(block.start, "\n".join(block.body) + "\n", role, expected, doc))
     for n, block in enumerate(blocks):
         if block.lang == "text" and n not in paired:
             raise ValueError(
-                f"reference.md:{block.start}: a text block must directly follow a sql block "
+                f"{doc}:{block.start}: a text block must directly follow a sql block "
                 "(it is that block's expected output)"
             )
     return examples
@@ -139,7 +146,7 @@ def _compare(what: str, expected: list[str], actual: list[str], where: str) -> N
 
 def run_example(db: Database, example: Example) -> None:
     """Run one example through psql and assert what the documentation says about it."""
-    where = f"docs/reference.md:{example.line}"
+    where = f"docs/{example.doc}:{example.line}"
     script = example.sql
     if example.role:
         script = f'SET ROLE "{example.role}";\n' + script
@@ -181,6 +188,72 @@ def test_reference_examples_run_and_print_what_they_say(db: Database) -> None:
     assert any(e.expected and e.expected[0].startswith("ERROR:") for e in examples)
     for example in examples:
         run_example(db, example)
+
+
+def test_models_guide_examples_run_and_print_what_they_say(db: Database) -> None:
+    examples = parse_examples(MODELS.read_text(encoding="utf-8"), "models.md")
+    assert len(examples) >= 8
+    assert sum(e.expected is not None for e in examples) >= 8
+    sql = "\n".join(e.sql for e in examples)
+    for provider in ("api.openai.com", "openai.azure.com", ":8000/v1", ":11434/v1", ":8080/v1"):
+        assert provider in MODELS.read_text(encoding="utf-8"), f"models.md lost {provider}"
+    assert "aidb_memory.create_model(" in sql and "aidb_memory.set_secret(" in sql
+    for example in examples:
+        run_example(db, example)
+
+
+def anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = heading.lstrip("#").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading's id in a document (outside code blocks), with GitHub's -1, -2 suffixes."""
+    found: set[str] = set()
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            base = anchor(line)
+            name, n = base, 0
+            while name in found:
+                n += 1
+                name = f"{base}-{n}"
+            found.add(name)
+    return found
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_links_between_documents_resolve() -> None:
+    broken = []
+    for doc in LINKED:
+        text = doc.read_text(encoding="utf-8")
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+        for target in _LINK.findall(prose):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                continue  # http:, https:, mailto: ...
+            path, _, fragment = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.is_file():
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such file)")
+            elif (
+                fragment
+                and file.suffix == ".md"
+                and fragment not in anchors(file.read_text(encoding="utf-8"))
+            ):
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_anchor_follows_github() -> None:
+    assert anchor("### aidb_memory.model_calls (view)") == "aidb_memorymodel_calls-view"
+    assert anchor("## Compaction, worked through") == "compaction-worked-through"
+    assert anchor("## The server's Python packages") == "the-servers-python-packages"
+    assert anchors("# A\n```\n# not a heading\n```\n# A\n") == {"a", "a-1"}
 
 
 def test_every_function_and_view_is_documented(db: Database) -> None:
