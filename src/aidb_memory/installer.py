@@ -196,6 +196,7 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
         conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
         state = read_state(conn)
         created_plpython = state.settings.get("created_plpython3u") == "true"
+        created_trgm = state.settings.get("created_pg_trgm") == "true"
         schema = conn.execute(
             "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (SCHEMA,)
         ).fetchone()
@@ -204,6 +205,8 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
             say(f"dropped schema {SCHEMA} and everything in it")
         else:
             say(f"schema {SCHEMA} does not exist in this database")
+        if created_trgm:
+            _drop_if_unused(conn, say, "EXTENSION", "pg_trgm")
         if created_plpython:
             _drop_if_unused(conn, say, "EXTENSION", "plpython3u")
         for role in ROLES:
