@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PG_MAJOR="${PG_MAJOR:-15}"
-PACKAGES=("postgresql-$PG_MAJOR" "postgresql-plpython3-$PG_MAJOR" "postgresql-contrib" "util-linux")
+PACKAGES=("postgresql-$PG_MAJOR" "postgresql-plpython3-$PG_MAJOR" "postgresql-contrib" "postgresql-$PG_MAJOR-cron"
+          "util-linux")
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 

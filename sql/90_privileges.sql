@@ -24,6 +24,15 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.session_delete(text, text, text, text)
 TO aidb_users;
 
+-- The long-term-memory API (SPEC §5); dropping a namespace is for admins (SPEC §2).
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.search(text, text, text, integer, text, text),
+    aidb_memory.list_memories(text, text, text, text, integer, boolean),
+    aidb_memory.delete(text, text, jsonb, text, text, text),
+    aidb_memory.forget(text, text, text)
+TO aidb_users;
+GRANT EXECUTE ON FUNCTION aidb_memory.namespace_drop(text, text) TO aidb_admins;
+
 -- Admins (aidb_admins is also a member of aidb_users).
 GRANT EXECUTE ON FUNCTION
     aidb_memory.init(text, jsonb, jsonb),
@@ -44,3 +53,17 @@ GRANT EXECUTE ON FUNCTION
 TO aidb_admins;
 GRANT SELECT ON aidb_memory.models, aidb_memory.model_calls TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;
+
+-- The extraction worker (SPEC §5): aidb_workers run process_events, which calls the internal
+-- queue functions as its caller. The status of an event is the application's.
+REVOKE ALL ON ALL PROCEDURES IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
+GRANT EXECUTE ON PROCEDURE
+    aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer)
+TO aidb_workers;
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.event_claim(integer),
+    aidb_memory.event_process(bigint, integer, real),
+    aidb_memory.event_error(bigint, integer, real, text),
+    aidb_memory.event_remaining()
+TO aidb_workers;
+GRANT EXECUTE ON FUNCTION aidb_memory.status(text, text, uuid) TO aidb_users;

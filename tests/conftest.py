@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = "aidb_template"
 APP_USER = "app_user"
 ADMIN_USER = "admin_user"
+WORKER_USER = "worker_user"
 _counter = itertools.count()
 
 
@@ -118,6 +119,7 @@ def template_db(pg_server: ThrowawayServer, server_pylib: Path) -> Database:
     with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {APP_USER} LOGIN IN ROLE aidb_users")
         admin.execute(f"CREATE ROLE {ADMIN_USER} LOGIN IN ROLE aidb_admins")
+        admin.execute(f"CREATE ROLE {WORKER_USER} LOGIN IN ROLE aidb_workers")
         admin.execute(f"ALTER DATABASE {TEMPLATE} WITH ALLOW_CONNECTIONS false")
     return template
 

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,7 @@ class Result:
     latency_ms: int = 0
     tokens_in: int | None = None
     tokens_out: int | None = None
+    vectors: list[list[float]] | None = None  # what embed() returns
 
     @property
     def ok(self) -> bool:
@@ -114,6 +115,7 @@ def complete(
     timeout_s: float | None = None,
     max_chars: int | None = None,
     span: tuple[int, int] | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> Result:
     """Call ``model`` once with chat ``messages``; record the usage; never raises for a failed
     call (the result says how it ended), except a cancelled statement, which ends the statement.
@@ -121,16 +123,34 @@ def complete(
     The timeout is the smaller of the caller's ``timeout_s`` (a namespace's ``llm_timeout_s``)
     and the model's ``timeout_s``, else 30 s; retries are the model's ``max_retries`` (default
     0). For the builtin extractive summarizer, ``max_chars`` is the target size and ``span`` the
-    turn numbers its header names.
+    turn numbers its header names. ``response_format`` (structured output, e.g. a JSON schema)
+    is passed to OpenAI-compatible models as is.
     """
     chars_in = sum(len(m.get("content") or "") for m in messages)
     started = time.monotonic()
     if model.provider == "builtin":
         result = _builtin(model, messages, max_chars, span)
     else:
-        limits = [t for t in (timeout_s, model.options.get("timeout_s")) if t]
-        timeout = float(min(limits)) if limits else DEFAULT_TIMEOUT_S
-        result = _openai(model, messages, timeout)
+        result = _openai(model, messages, _timeout(model, timeout_s), response_format)
+    _record(model, namespace_id, purpose, chars_in, started, result)
+    return result
+
+
+def _timeout(model: Model, timeout_s: float | None) -> float:
+    """The smaller of the caller's and the model's timeout, else the default."""
+    limits = [t for t in (timeout_s, model.options.get("timeout_s")) if t]
+    return float(min(limits)) if limits else DEFAULT_TIMEOUT_S
+
+
+def _record(
+    model: Model,
+    namespace_id: int | None,
+    purpose: str,
+    chars_in: int,
+    started: float,
+    result: Result,
+) -> None:
+    """Set the result's latency and record the call's usage (never any content)."""
     result.latency_ms = int((time.monotonic() - started) * 1000)
     db.execute(
         _USAGE,
@@ -148,7 +168,70 @@ def complete(
             result.error,
         ),
     )
-    return result
+
+
+class EmbeddingError(Exception):
+    """An embedding call that failed; ``outcome`` and ``message`` as in Result (no key)."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+def embed(
+    model: Model,
+    texts: Sequence[str],
+    *,
+    namespace_id: int | None = None,
+    timeout_s: float | None = None,
+) -> list[list[float]]:
+    """The embeddings of ``texts`` (one vector each, in order) from ``model``'s OpenAI-compatible
+    ``/v1/embeddings``, with the same timeout, cancellation and usage recording (purpose
+    ``embedding``) as :func:`complete`. A failed call raises :class:`EmbeddingError`."""
+    chars_in = sum(len(t) for t in texts)
+    started = time.monotonic()
+    if model.provider != "openai":
+        result = Result("error", error=f"a {model.provider} model does not compute embeddings")
+    elif not texts:
+        result = Result("ok", vectors=[])
+    else:
+        timeout = _timeout(model, timeout_s)
+
+        def request(client: Any) -> Result:  # runs in the worker thread: no plpy here
+            response = client.embeddings.create(
+                model=model.options["model"], input=list(texts), timeout=timeout
+            )
+            return _parse_embeddings(response, len(texts))
+
+        result = _call(model, timeout, request)
+    _record(model, namespace_id, "embedding", chars_in, started, result)
+    if not result.ok or result.vectors is None:
+        raise EmbeddingError(result.outcome, result.error or "no embeddings came back")
+    return result.vectors
+
+
+def _parse_embeddings(response: Any, count: int) -> Result:
+    """One finite vector per input, all of one dimension, ordered by ``index``."""
+    import math
+
+    try:
+        items = sorted(response.data, key=lambda d: d.index)
+        vectors = [[float(x) for x in item.embedding] for item in items]
+    except (AttributeError, TypeError, ValueError):
+        raise _Failure("error", "malformed response: no data[].embedding") from None
+    if len(vectors) != count:
+        raise _Failure("error", f"malformed response: {len(vectors)} embeddings for {count} inputs")
+    dims = {len(v) for v in vectors}
+    if len(dims) != 1 or 0 in dims:
+        raise _Failure("error", "malformed response: embeddings of different or no dimensions")
+    if not all(math.isfinite(x) for v in vectors for x in v):
+        raise _Failure("error", "malformed response: an embedding holds a non-finite number")
+    usage = getattr(response, "usage", None)
+    tokens_in = getattr(usage, "prompt_tokens", None)
+    return Result(
+        "ok", vectors=vectors, tokens_in=tokens_in if isinstance(tokens_in, int) else None
+    )
 
 
 def _builtin(
@@ -197,7 +280,30 @@ def _client(model: Model, key: str) -> Any:
     return client
 
 
-def _openai(model: Model, messages: Sequence[dict[str, str]], timeout: float) -> Result:
+def _openai(
+    model: Model,
+    messages: Sequence[dict[str, str]],
+    timeout: float,
+    response_format: dict[str, Any] | None = None,
+) -> Result:
+    def request(client: Any) -> Result:  # runs in the worker thread: no plpy here
+        extra: dict[str, Any] = {}
+        if response_format is not None:
+            extra["response_format"] = response_format
+        response = client.chat.completions.create(
+            model=model.options["model"], messages=list(messages), timeout=timeout, **extra
+        )
+        return _parse(response)
+
+    return _call(model, timeout, request)
+
+
+def _call(model: Model, timeout: float, request: Callable[[Any], Result]) -> Result:
+    """Run ``request(client)`` for an ``openai`` model in a worker thread, cancellably.
+
+    The worker never touches ``plpy``; the main thread waits in short steps and ticks between
+    them (a cancel raises ``QueryCanceled`` there). Every failure comes back as a Result.
+    """
     key = ""
     try:
         key = _api_key(model)
@@ -208,12 +314,9 @@ def _openai(model: Model, messages: Sequence[dict[str, str]], timeout: float) ->
         return Result("error", error=_redact(f"client setup failed: {_describe(e)}", key))
     box: dict[str, Any] = {}
 
-    def work() -> None:  # runs in the worker thread: no plpy here
+    def work() -> None:
         try:
-            response = client.chat.completions.create(
-                model=model.options["model"], messages=list(messages), timeout=timeout
-            )
-            box["result"] = _parse(response)
+            box["result"] = request(client)
         except BaseException as e:  # every failure goes to the main thread
             box["error"] = e
 

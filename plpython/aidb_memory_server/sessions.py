@@ -252,7 +252,10 @@ WITH e AS (
         last_user_seq = coalesce($25, last_user_seq)
     WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
 )
-SELECT public_id::text AS public_id FROM e
+-- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
+SELECT public_id::text AS public_id,
+       CASE WHEN $9 = 'accepted' THEN pg_notify('aidb_memory_events', '') END AS woke
+FROM e
 """
 _STORE_TYPES = (
     *("bigint", "text", "text", "text", "text", "text", "text", "int", "text"),

@@ -135,6 +135,23 @@ def cmd_deps(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from aidb_memory import worker
+
+    options = worker.Options(
+        once=args.once,
+        batch=args.batch,
+        lease_s=args.lease,
+        max_attempts=args.max_attempts,
+        backoff_s=args.backoff,
+    )
+    stop = worker.Stop()
+    worker.install_signal_handlers(stop)
+    with connect(args.dsn, autocommit=True) as conn:
+        worker.run(conn, options, say=_say, stop=stop)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aidb_memory import demo
 
@@ -185,6 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", help="directory for the packages (default: /var/lib/aidb_memory/pythonX.Y)"
     )
     p.set_defaults(func=cmd_deps)
+    p = sub.add_parser(
+        "worker", parents=[common], help="run long-term-memory extraction until stopped"
+    )
+    p.add_argument("--once", action="store_true", help="process what is queued, then exit")
+    p.add_argument("--batch", type=int, default=1, help="events per call (default 1)")
+    p.add_argument("--lease", type=int, default=300, help="seconds an event is held (default 300)")
+    p.add_argument(
+        "--max-attempts", type=int, default=5, help="attempts before an event fails (default 5)"
+    )
+    p.add_argument(
+        "--backoff", type=float, default=10.0, help="first retry delay in s, doubling (default 10)"
+    )
+    p.set_defaults(func=cmd_worker)
     p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
     p.set_defaults(func=cmd_demo)
     return parser

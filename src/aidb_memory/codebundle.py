@@ -185,6 +185,9 @@ def _lint_function(path: Path, stmt: Any, text: str) -> None:
         raise SqlSourceError(
             f"sql/{path.name}: {name} must have the one-line body $py$ module.function $py$"
         )
+    if getattr(stmt, "is_procedure", False) and body is None:
+        _lint_invoker_procedure(path, name, options)
+        return
     if not any(n == "security" and getattr(arg, "boolval", False) for n, arg in options):
         raise SqlSourceError(f"sql/{path.name}: {name} must be SECURITY DEFINER (SPEC §6)")
     # A function may SET other settings too; its search_path must be exactly this one.
@@ -196,6 +199,21 @@ def _lint_function(path: Path, stmt: Any, text: str) -> None:
     if search_paths != [["pg_catalog", "pg_temp"]]:
         raise SqlSourceError(
             f"sql/{path.name}: {name} must SET search_path = pg_catalog, pg_temp (SPEC §6)"
+        )
+
+
+def _lint_invoker_procedure(path: Path, name: str, options: list[tuple[str, Any]]) -> None:
+    """A procedure that commits (the worker's loop) cannot be SECURITY DEFINER nor SET anything:
+    PostgreSQL forbids transaction control there. It must then hold no rights of its own: it runs
+    as its caller and may only call functions the caller can execute."""
+    if any(n == "security" and getattr(arg, "boolval", False) for n, arg in options):
+        raise SqlSourceError(
+            f"sql/{path.name}: procedure {name} is SECURITY DEFINER; a procedure here commits, "
+            "which PostgreSQL allows only with SECURITY INVOKER: make it a function instead"
+        )
+    if any(n == "set" for n, _ in options):
+        raise SqlSourceError(
+            f"sql/{path.name}: procedure {name} has a SET clause, which forbids COMMIT inside it"
         )
 
 

@@ -23,7 +23,7 @@ from aidb_memory.installer import read_state
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
-SERVER_REQUIREMENTS = ("openai>=1.60,<4",)
+SERVER_REQUIREMENTS = ("openai>=1.60,<4", "jsonschema>=4.18,<5")
 # What must import in the server once the requirements are installed.
 SERVER_MODULE = "openai"
 

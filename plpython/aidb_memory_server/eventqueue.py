@@ -1,0 +1,254 @@
+"""The extraction queue (SPEC §5): claiming events with a lease, working one, retrying with
+backoff, and the event's status.
+
+Every ``add`` records an event. ``process_events`` (sql/70_worker.sql, a procedure so that it can
+commit per event) claims one with :func:`event_claim` (``FOR UPDATE SKIP LOCKED``: several
+workers never take the same event) and commits, so the claim and its lease are visible; then
+:func:`event_process` works it in a transaction of its own that keeps the event row locked
+(another worker skips it even once the lease is over) and commits. A worker that dies leaves the
+event ``processing`` with a lease in the past: the next claim takes it over, and since the work
+was one transaction, nothing of the first attempt remains.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import plpy
+
+from aidb_memory_server import db, extraction, llm, reconciliation, validation
+from aidb_memory_server.errors import invalid
+
+QUERY_CANCELED = "57014"
+BACKOFF_MAX_S = 3600.0
+ERROR_CHARS = 500
+
+_CLAIM = """
+UPDATE aidb_memory.event e
+SET status = 'processing', attempts = e.attempts + 1,
+    lease_until = now() + make_interval(secs => $1)
+WHERE e.id = (
+    SELECT q.id FROM aidb_memory.event q
+    WHERE (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+       OR (q.status = 'processing' AND q.lease_until < now())
+    ORDER BY q.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING e.id
+"""
+# The event, locked for the whole attempt, with its namespace. FOR UPDATE waits rather than
+# skips: another worker's claim may hold the row for an instant (it locked the row version it
+# saw before finding it no longer claimable); a worker that took over after a lapsed lease holds
+# it for its whole attempt, and then the status is no longer 'processing'.
+_EVENT = """
+SELECT e.id, e.namespace_id, e.actor_id, e.agent_id, e.session_id, e.turns::text AS turns,
+       e.attempts, n.config::text AS config, n.model_spec::text AS model_spec
+FROM aidb_memory.event e
+JOIN aidb_memory.namespace n ON n.id = e.namespace_id
+WHERE e.id = $1 AND e.status = 'processing'
+FOR UPDATE OF e
+"""
+_TURNS = """
+SELECT role, content, tool_calls::text AS tool_calls FROM aidb_memory.turn
+WHERE event_ref = $1 ORDER BY session_ref, seq
+"""
+_DONE = """
+UPDATE aidb_memory.event
+SET status = $2, result = $3::jsonb, last_error = NULL, lease_until = NULL,
+    next_attempt_at = NULL, processed_at = now()
+WHERE id = $1
+"""
+_RETRY = """
+UPDATE aidb_memory.event
+SET status = 'accepted', last_error = $2, lease_until = NULL,
+    next_attempt_at = now() + make_interval(secs => $3)
+WHERE id = $1
+"""
+_FAILED = """
+UPDATE aidb_memory.event
+SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
+    processed_at = now()
+WHERE id = $1
+"""
+_REMAINING = """
+SELECT count(*) AS n FROM aidb_memory.event
+WHERE status = 'accepted' OR (status = 'processing' AND lease_until < now())
+"""
+
+
+def event_claim(lease_s: int | None) -> int | None:
+    """Claim the oldest claimable event for ``lease_s`` seconds; its id, or NULL if none."""
+    lease = 300 if lease_s is None else lease_s
+    if not 1 <= lease <= 86_400:
+        raise invalid("process_events", "lease_s", "must be between 1 and 86400")
+    rows = db.execute(_CLAIM, ("float8",), (float(lease),))
+    return int(rows[0]["id"]) if rows.nrows() else None
+
+
+def event_remaining() -> int:
+    """Events waiting for a worker (accepted, or processing with a lapsed lease)."""
+    return int(db.execute(_REMAINING)[0]["n"])
+
+
+def backoff_s(attempts: int, base_s: float) -> float:
+    """How long a failed event waits before its next attempt: doubling, capped at an hour."""
+    return float(min(BACKOFF_MAX_S, base_s * (2 ** max(0, attempts - 1))))
+
+
+def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float | None) -> str:
+    """Work one claimed event: 'processed', 'skipped', 'retry', 'failed', or 'lost' (another
+    worker holds it)."""
+    limit = 5 if max_attempts is None else max_attempts
+    if not 1 <= limit <= 100:
+        raise invalid("process_events", "max_attempts", "must be between 1 and 100")
+    base = 10.0 if base_backoff_s is None else float(base_backoff_s)
+    if not 0 <= base <= BACKOFF_MAX_S:
+        raise invalid("process_events", "backoff_s", f"must be between 0 and {BACKOFF_MAX_S:g}")
+    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    if not rows.nrows():
+        return "lost"
+    event = rows[0]
+    config = validation.effective_config(json.loads(event["config"]))
+    model_name = json.loads(event["model_spec"]).get("llm")
+    if not config["extraction"] or model_name is None:
+        return _finish(event_id, "skipped", {"reason": "extraction is off or no llm is set"})
+    try:
+        model = llm.load("process_events", model_name)
+    except Exception:
+        return _fail(event, limit, base, f'model "{model_name}" is not registered')
+    if model.provider == "builtin":
+        return _finish(
+            event_id, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
+        )
+    turns = _turns(event)
+    if not turns:
+        return _finish(event_id, "processed", reconciliation.EMPTY_RESULT)
+    existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], turns)
+    refs = {f"m{i + 1}": m for i, m in enumerate(existing)}
+    messages = extraction.prompt(
+        turns,
+        [extraction.Existing(ref, m.content) for ref, m in refs.items()],
+        _today(),
+    )
+    result = llm.complete(
+        model,
+        messages,
+        purpose="extraction",
+        namespace_id=int(event["namespace_id"]),
+        timeout_s=config["llm_timeout_s"],
+        response_format=extraction.response_format(),
+    )
+    if not result.ok:
+        return _fail(event, limit, base, result.error or result.outcome)
+    try:
+        operations = extraction.parse(result.text, set(refs))
+    except extraction.Malformed as e:
+        return _fail(event, limit, base, f"malformed answer: {e}")
+    spec = json.loads(event["model_spec"])
+    vectors: dict[str, list[float]] = {}
+    texts = sorted({op.text for op in operations if op.text})
+    if spec.get("embedding") and texts:
+        try:
+            embedder = llm.load("process_events", spec["embedding"])
+            found = llm.embed(
+                embedder,
+                texts,
+                namespace_id=int(event["namespace_id"]),
+                timeout_s=config["llm_timeout_s"],
+            )
+        except llm.EmbeddingError as e:
+            return _fail(event, limit, base, f"embedding failed: {e}")
+        except Exception:
+            return _fail(event, limit, base, f'embedding model "{spec["embedding"]}" is missing')
+        vectors = dict(zip(texts, found, strict=True))
+    try:
+        with plpy.subtransaction():
+            summary = reconciliation.apply(event, operations, refs, vectors, spec.get("embedding"))
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise
+        return _fail(event, limit, base, f"database error: {' '.join(str(e).split())}")
+    return _finish(event_id, "processed", summary)
+
+
+def _turns(event: Any) -> list[extraction.Turn]:
+    if event["turns"] is not None:
+        raw = json.loads(event["turns"])
+    else:
+        raw = [
+            {"role": r["role"], "content": r["content"], "tool_calls": r["tool_calls"]}
+            for r in db.execute(_TURNS, ("bigint",), (int(event["id"]),))
+        ]
+    out = []
+    for t in raw:
+        content = t.get("content") or ""
+        if not content.strip():
+            continue  # a tool call without text says nothing about the user
+        out.append(extraction.Turn(t.get("role", "user"), content))
+    return out
+
+
+def _today() -> str:
+    return str(db.execute("SELECT current_date::text AS d")[0]["d"])
+
+
+def _finish(event_id: int, status: str, result: dict[str, Any]) -> str:
+    db.execute(_DONE, ("bigint", "text", "text"), (event_id, status, json.dumps(result)))
+    return status
+
+
+def _fail(event: Any, limit: int, base: float, error: str) -> str:
+    message = " ".join(error.split())[:ERROR_CHARS]
+    attempts = int(event["attempts"])
+    if attempts >= limit:
+        db.execute(_FAILED, ("bigint", "text"), (int(event["id"]), message))
+        return "failed"
+    db.execute(
+        _RETRY, ("bigint", "text", "float8"), (int(event["id"]), message, backoff_s(attempts, base))
+    )
+    return "retry"
+
+
+def event_error(
+    event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
+) -> str:
+    """Record an attempt that ended in an unexpected error (a bug, caught by the procedure)."""
+    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    if not rows.nrows():
+        return "lost"
+    limit = 5 if max_attempts is None else max_attempts
+    base = 10.0 if base_backoff_s is None else float(base_backoff_s)
+    return _fail(rows[0], limit, base, f"internal error: {error}")
+
+
+# --- status ----------------------------------------------------------------------------------
+
+_STATUS = """
+SELECT e.public_id::text AS event_id, e.status, e.attempts, e.last_error,
+       to_json(e.created_at) #>> '{}' AS created_at,
+       to_json(e.processed_at) #>> '{}' AS processed_at,
+       to_json(e.next_attempt_at) #>> '{}' AS next_attempt_at,
+       e.result::text AS result
+FROM aidb_memory.event e
+WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.public_id = $3
+"""
+
+
+def status(namespace_name: str | None, actor_id: str | None, event_id: str | None) -> str | None:
+    """The event's status and what it produced (NULL for an unknown event or another actor's)."""
+    from aidb_memory_server import sessions
+
+    fn = "status"
+    ns, actor = sessions.namespace(fn, namespace_name, actor_id, writing=False)
+    if event_id is None:
+        from aidb_memory_server.errors import required
+
+        raise required(fn, "event_id")
+    rows = db.execute(_STATUS, ("bigint", "text", "uuid"), (ns.id, actor, event_id))
+    if not rows.nrows():
+        return None
+    r = dict(rows[0])
+    r["result"] = json.loads(r["result"]) if r["result"] else None
+    return json.dumps(r)

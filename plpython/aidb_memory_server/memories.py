@@ -1,0 +1,494 @@
+"""Long-term memory, the database side of the API (SPEC §5, §2): ``search``, ``list_memories``,
+``delete``, ``forget`` and ``namespace_drop``.
+
+The memories themselves are written by the extraction worker; these functions read them and
+erase them. ``search`` is one statement: three bounded candidate lists (full text, trigram,
+vector) fused by reciprocal rank in SQL, with the constant and the normalization of
+``fusion``. Erasure leaves no content and no id behind: the audit log gets counts, the reason and
+``sessions.subject_hash``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import plpy
+
+from aidb_memory_server import db, fusion, llm, reconciliation
+from aidb_memory_server.errors import (
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    UNDEFINED_OBJECT,
+    ApiError,
+    invalid,
+    required,
+)
+from aidb_memory_server.sessions import Namespace, identifier, namespace, quote, subject_hash
+
+SEARCH_MAX = 100
+SEARCH_DEFAULT = 10
+LIST_MAX = 1000
+LIST_DEFAULT = 50
+# Each signal ranks at most this many candidates, so a search costs the same for an actor with
+# a hundred memories or a hundred thousand.
+CANDIDATES = 200
+# Without a vector index (no pgvector here) similarity is computed for the actor's newest
+# current memories with an embedding, up to this many.
+VECTOR_WINDOW = 1000
+# A memory whose cosine similarity to the query is at most this is not a vector candidate.
+MIN_COSINE = 0.0
+DELETE_IDS_MAX = 10_000
+SELECTOR_KEYS = ("ids", "all", "before")
+PROTECTED_NAMESPACE = "pg_agents"
+
+
+def _reason(fn: str, reason: str | None) -> str:
+    """The reason an erasure is recorded with: required and not blank."""
+    if reason is None:
+        raise required(fn, "reason")
+    if not reason.strip():
+        raise invalid(fn, "reason", "must not be empty", hint="say why, for the audit log")
+    return reason
+
+
+def _filters(
+    fn: str, ns: Namespace, session_id: str | None, agent_id: str | None
+) -> tuple[Any, Any]:
+    limit = ns.config["max_identifier_chars"]
+    return (
+        identifier(fn, "session_id", session_id, limit, optional=True),
+        identifier(fn, "agent_id", agent_id, limit, optional=True),
+    )
+
+
+def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
+    n = default if value is None else value
+    if not 1 <= n <= maximum:
+        raise invalid(fn, "limit", f"must be between 1 and {maximum}")
+    return n
+
+
+# --- search ------------------------------------------------------------------------------------
+
+# The actor's newest current memories with an embedding, by model: the vector signal's window,
+# and what tells a change of embedding model.
+_EMBEDDED_MODELS = """
+SELECT w.embedding_model AS model, count(*) AS n
+FROM (
+    SELECT m.embedding_model FROM aidb_memory.memory m
+    WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+      AND m.embedding IS NOT NULL
+    ORDER BY m.created_at DESC
+    LIMIT $3
+) w
+GROUP BY w.embedding_model
+"""
+
+# $1 namespace, $2 actor, $3 query, $4 limit, $5 session_id, $6 agent_id, $7 query embedding
+# (NULL: no vector signal), $8 embedding model, $9 best possible fused score, $10 k,
+# $11 candidates per signal, $12 vector window, $13 minimum cosine. The trigram threshold
+# (pg_trgm.word_similarity_threshold, for <%) is set on the SQL function.
+_SEARCH = """
+WITH fts AS (
+    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+    FROM (
+        SELECT m.id, ts_rank_cd(m.tsv, websearch_to_tsquery('simple', $3)) AS rank
+        FROM aidb_memory.memory m
+        WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+          AND m.tsv @@ websearch_to_tsquery('simple', $3)
+        ORDER BY rank DESC, m.id DESC
+        LIMIT $11
+    ) c
+), trgm AS (
+    SELECT c.id, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
+    FROM (
+        SELECT m.id, word_similarity($3, m.content) AS sim
+        FROM aidb_memory.memory m
+        WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+          AND $3 <% m.content
+        ORDER BY sim DESC, m.id DESC
+        LIMIT $11
+    ) c
+), vec AS (
+    SELECT c.id, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
+    FROM (
+        SELECT w.id,
+               (SELECT sum(x * y) / nullif(sqrt(sum(x * x)) * sqrt(sum(y * y)), 0)
+                FROM unnest(w.embedding::float8[], $7::float8[]) AS u(x, y)) AS sim
+        FROM (
+            SELECT m.id, m.embedding, m.session_id, m.agent_id
+            FROM aidb_memory.memory m
+            WHERE $7::real[] IS NOT NULL
+              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.embedding IS NOT NULL AND m.embedding_model = $8
+            ORDER BY m.created_at DESC
+            LIMIT $12
+        ) w
+        WHERE ($5::text IS NULL OR w.session_id = $5) AND ($6::text IS NULL OR w.agent_id = $6)
+        ORDER BY sim DESC NULLS LAST, w.id DESC
+        LIMIT $11
+    ) c
+    WHERE c.sim > $13
+), fused AS (
+    SELECT s.id, sum(1.0::float8 / ($10 + s.r)) AS total
+    FROM (SELECT * FROM fts UNION ALL SELECT * FROM trgm UNION ALL SELECT * FROM vec) s
+    GROUP BY s.id
+)
+SELECT m.public_id::text AS id, m.content, least(1.0, f.total / $9)::real AS score,
+       m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
+FROM fused f
+JOIN aidb_memory.memory m ON m.id = f.id
+ORDER BY f.total DESC, m.created_at DESC, m.id DESC
+LIMIT $4
+"""
+_SEARCH_TYPES = (
+    *("bigint", "text", "text", "int", "text", "text", "real[]", "text"),
+    *("float8", "int", "int", "int", "float8"),
+)
+
+
+def _query_embedding(
+    fn: str, ns: Namespace, actor: str, query: str
+) -> tuple[list[float] | None, str | None]:
+    """The query's embedding and its model when the vector signal applies, else (None, None).
+
+    It applies when the namespace names an embedding model and the actor's memories in the
+    vector window were embedded with it. Memories embedded with another model are refused
+    loudly (55000), never compared with vectors of a different model.
+    """
+    model_name = ns.model_spec.get("embedding")
+    if not model_name:
+        return None, None
+    rows = db.execute(_EMBEDDED_MODELS, ("bigint", "text", "int"), (ns.id, actor, VECTOR_WINDOW))
+    stored = {r["model"]: int(r["n"]) for r in rows}
+    others = sorted(m for m in stored if m != model_name)
+    if others:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.{fn}: memories of actor_id {quote(actor)} were embedded with model "
+            f"{quote(others[0])}, but namespace {quote(ns.name)} now embeds with "
+            f"{quote(model_name)}",
+            hint="an admin re-embeds those memories with the new model (or sets "
+            "model_spec.embedding back): vectors of two models are never compared",
+        )
+    if not stored:
+        return None, None
+    model = llm.load(fn, model_name)
+    try:
+        vectors = llm.embed(
+            model, [query], namespace_id=ns.id, timeout_s=ns.config["llm_timeout_s"]
+        )
+    except llm.EmbeddingError as e:
+        # Search still answers, from full text and trigrams, and says why it did without.
+        plpy.warning(
+            f"aidb_memory.{fn}: the embedding model {quote(model_name)} failed "
+            f"({e.outcome}: {e.message}); ranked without vector similarity"
+        )
+        return None, None
+    return vectors[0], model_name
+
+
+def search(
+    namespace_name: str | None,
+    actor_id: str | None,
+    query: str | None,
+    limit: int | None,
+    session_id: str | None,
+    agent_id: str | None,
+) -> list[dict[str, Any]]:
+    """The actor's current memories that best match ``query``, best first, score in [0, 1]."""
+    fn = "search"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    sid, agent = _filters(fn, ns, session_id, agent_id)
+    n = _limit(fn, limit, SEARCH_DEFAULT, SEARCH_MAX)
+    if query is None:
+        raise required(fn, "query")
+    if not query.strip():
+        raise invalid(fn, "query", "must not be empty")
+    if len(query) > ns.config["max_turn_chars"]:
+        raise invalid(fn, "query", f"is longer than {ns.config['max_turn_chars']} characters")
+    vector, model_name = _query_embedding(fn, ns, actor, query)
+    signals = 3 if vector is not None else 2
+    rows = db.execute(
+        _SEARCH,
+        _SEARCH_TYPES,
+        (
+            *(ns.id, actor, query, n, sid, agent, vector, model_name),
+            *(fusion.best(signals), fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE),
+        ),
+    )
+    return [dict(r) for r in rows]
+
+
+# --- list_memories -----------------------------------------------------------------------------
+
+_LIST = """
+SELECT m.public_id::text AS id, m.content, m.agent_id, m.session_id,
+       to_json(m.valid_from) #>> '{}' AS valid_from, to_json(m.valid_to) #>> '{}' AS valid_to,
+       s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
+       to_json(m.updated_at) #>> '{}' AS updated_at
+FROM aidb_memory.memory m
+LEFT JOIN aidb_memory.memory s ON s.id = m.superseded_by
+WHERE m.namespace_id = $1 AND m.actor_id = $2
+  AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
+  AND ($5 OR m.valid_to IS NULL)
+ORDER BY m.created_at DESC, m.id DESC
+LIMIT $6
+"""
+
+
+def list_memories(
+    namespace_name: str | None,
+    actor_id: str | None,
+    session_id: str | None,
+    agent_id: str | None,
+    limit: int | None,
+    include_superseded: bool | None,
+) -> list[dict[str, Any]]:
+    """The actor's memories, newest first; superseded ones only when asked for."""
+    fn = "list_memories"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    sid, agent = _filters(fn, ns, session_id, agent_id)
+    n = _limit(fn, limit, LIST_DEFAULT, LIST_MAX)
+    rows = db.execute(
+        _LIST,
+        ("bigint", "text", "text", "text", "boolean", "int"),
+        (ns.id, actor, sid, agent, bool(include_superseded), n),
+    )
+    return [dict(r) for r in rows]
+
+
+# --- delete ------------------------------------------------------------------------------------
+
+# What a selector names, in one statement each: $1 namespace, $2 actor, $3 session_id,
+# $4 agent_id, $5 the selector's value, $6 namespace name, $7 subject hash, $8 reason,
+# $9 selector kind. The deleted memories' history goes with them (ON DELETE CASCADE); their text
+# is also blanked where the history of the actor's other memories quotes it (a fact that
+# superseded or was superseded by one deleted), unless a remaining memory still holds it.
+_DELETE = """
+WITH d AS (
+    DELETE FROM aidb_memory.memory m
+    WHERE m.namespace_id = $1 AND m.actor_id = $2
+      AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
+      AND {condition}
+    RETURNING m.id, m.content
+), h AS (
+    SELECT count(*) AS n FROM aidb_memory.memory_history x WHERE x.memory_id IN (SELECT id FROM d)
+), gone AS (
+    SELECT DISTINCT d.content FROM d
+    WHERE NOT EXISTS (
+        SELECT 1 FROM aidb_memory.memory r
+        WHERE r.namespace_id = $1 AND r.actor_id = $2 AND r.content = d.content
+          AND r.id NOT IN (SELECT id FROM d))
+), scrub AS (
+    UPDATE aidb_memory.memory_history x
+    SET old_content = CASE WHEN x.old_content IN (SELECT content FROM gone) THEN NULL
+                           ELSE x.old_content END,
+        new_content = CASE WHEN x.new_content IN (SELECT content FROM gone) THEN NULL
+                           ELSE x.new_content END
+    WHERE x.namespace_id = $1 AND x.actor_id = $2 AND x.memory_id NOT IN (SELECT id FROM d)
+      AND (x.old_content IN (SELECT content FROM gone)
+           OR x.new_content IN (SELECT content FROM gone))
+    RETURNING 1
+), a AS (
+    INSERT INTO aidb_memory.audit_log (by_role, action, namespace, subject_hash, counts, reason)
+    SELECT session_user, 'delete', $6, $7,
+           jsonb_build_object('memories', count(*), 'memory_history', (SELECT n FROM h),
+                              'selector', $9::text),
+           $8
+    FROM d HAVING count(*) > 0
+)
+SELECT count(*) AS n FROM d
+"""
+_CONDITIONS = {
+    "ids": "m.public_id = ANY ($5::uuid[])",
+    "all": "$5::boolean",
+    "before": "m.created_at < $5::timestamptz",
+}
+_VALUE_TYPES = {"ids": "text", "all": "boolean", "before": "text"}
+_DELETES = {kind: _DELETE.format(condition=c) for kind, c in _CONDITIONS.items()}
+_TIMESTAMP = "SELECT to_json($1::timestamptz) #>> '{}' AS t"
+
+
+def _selector(fn: str, selector: str | None) -> tuple[str, Any]:
+    """(kind, value) of a delete selector: exactly one of ids, all, before."""
+    if selector is None:
+        raise required(fn, "selector")
+    hint = 'one of {"ids": [uuid, ...]}, {"all": true}, {"before": "timestamp"}'
+    parsed = json.loads(selector)
+    if not isinstance(parsed, dict) or len(parsed) != 1:
+        raise invalid(fn, "selector", "must be an object with exactly one key", hint=hint)
+    kind, value = next(iter(parsed.items()))
+    if kind not in SELECTOR_KEYS:
+        raise invalid(fn, f"selector.{kind}", "is not a selector", hint=hint)
+    if kind == "all":
+        if value is not True:
+            raise invalid(fn, "selector.all", "must be true", hint=hint)
+        return kind, True
+    if kind == "ids":
+        if not isinstance(value, list) or len(value) > DELETE_IDS_MAX:
+            raise invalid(
+                fn, "selector.ids", f"must be an array of at most {DELETE_IDS_MAX} memory ids"
+            )
+        ids = []
+        for i, item in enumerate(value):
+            try:
+                ids.append(str(uuid.UUID(item)))
+            except (TypeError, ValueError, AttributeError):
+                raise invalid(fn, f"selector.ids[{i}]", "is not a memory id (a UUID)") from None
+        return kind, "{" + ",".join(ids) + "}"
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(fn, "selector.before", "must be a timestamp string", hint=hint)
+    try:
+        parsed_time = db.execute(_TIMESTAMP, ("text",), (value,))[0]["t"]
+    except plpy.SPIError:
+        raise invalid(
+            fn,
+            "selector.before",
+            f"is not a timestamp: {quote(value, 60)}",
+            hint='e.g. "2025-07-01T00:00:00Z"',
+        ) from None
+    return kind, parsed_time
+
+
+def delete(
+    namespace_name: str | None,
+    actor_id: str | None,
+    selector: str | None,
+    reason: str | None,
+    session_id: str | None,
+    agent_id: str | None,
+) -> int:
+    """Delete the actor's memories the selector names (within the filters), with their
+    history; audited with counts and the reason. Returns how many memories went."""
+    fn = "delete"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    sid, agent = _filters(fn, ns, session_id, agent_id)
+    kind, value = _selector(fn, selector)
+    why = _reason(fn, reason)
+    reconciliation.lock_actor(ns.id, actor)  # not while a worker reconciles this actor
+    rows = db.execute(
+        _DELETES[kind],
+        ("bigint", "text", "text", "text", _VALUE_TYPES[kind], "text", "text", "text", "text"),
+        (ns.id, actor, sid, agent, value, ns.name, subject_hash(ns.name, actor), why, kind),
+    )
+    return int(rows[0]["n"])
+
+
+# --- forget ------------------------------------------------------------------------------------
+
+# Sessions take their turns and summaries with them (ON DELETE CASCADE), and with them every
+# handoff of the actor: a session's prev_handoff only ever comes from the same actor's sessions.
+_FORGET_SUMMARIES = """
+SELECT count(*) AS n FROM aidb_memory.summary x
+JOIN aidb_memory.session s ON s.id = x.session_ref
+WHERE s.namespace_id = $1 AND s.actor_id = $2
+"""
+_FORGET_SESSIONS = """
+WITH s AS (
+    DELETE FROM aidb_memory.session WHERE namespace_id = $1 AND actor_id = $2
+    RETURNING next_seq - 1 AS turns
+)
+SELECT count(*) AS sessions, coalesce(sum(turns), 0) AS turns FROM s
+"""
+_FORGET_HISTORY = """
+WITH h AS (DELETE FROM aidb_memory.memory_history WHERE namespace_id = $1 AND actor_id = $2
+           RETURNING 1)
+SELECT count(*) AS n FROM h
+"""
+_FORGET_MEMORIES = """
+WITH m AS (DELETE FROM aidb_memory.memory WHERE namespace_id = $1 AND actor_id = $2 RETURNING 1)
+SELECT count(*) AS n FROM m
+"""
+# Events hold the turns of adds without a session and every idempotency key.
+_FORGET_EVENTS = """
+WITH e AS (DELETE FROM aidb_memory.event WHERE namespace_id = $1 AND actor_id = $2 RETURNING 1)
+SELECT count(*) AS n FROM e
+"""
+_AUDIT = """
+INSERT INTO aidb_memory.audit_log (by_role, action, namespace, subject_hash, counts, reason)
+VALUES (session_user, $1, $2, $3, $4::jsonb, $5)
+"""
+
+
+def forget(namespace_name: str | None, actor_id: str | None, reason: str | None) -> str:
+    """Erase every trace of the actor in the namespace; returns the counts of what went."""
+    fn = "forget"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    why = _reason(fn, reason)
+    ids = ("bigint", "text")
+    # Events first: deleting one waits for a worker that is extracting it (it holds the row), and
+    # only then the actor's lock, which that worker takes to reconcile: never the other way round.
+    events = int(db.execute(_FORGET_EVENTS, ids, (ns.id, actor))[0]["n"])
+    reconciliation.lock_actor(ns.id, actor)
+    summaries = int(db.execute(_FORGET_SUMMARIES, ids, (ns.id, actor))[0]["n"])
+    sessions = db.execute(_FORGET_SESSIONS, ids, (ns.id, actor))[0]
+    counts = {
+        "sessions": int(sessions["sessions"]),
+        "turns": int(sessions["turns"]),
+        "summaries": summaries,
+        "memory_history": int(db.execute(_FORGET_HISTORY, ids, (ns.id, actor))[0]["n"]),
+        "memories": int(db.execute(_FORGET_MEMORIES, ids, (ns.id, actor))[0]["n"]),
+        "events": events,
+    }
+    text = json.dumps(counts)
+    db.execute(
+        _AUDIT,
+        ("text", "text", "text", "text", "text"),
+        ("forget", ns.name, subject_hash(ns.name, actor), text, why),
+    )
+    return text
+
+
+# --- namespace_drop ----------------------------------------------------------------------------
+
+_LOCK_NAMESPACE = "SELECT id FROM aidb_memory.namespace WHERE name = $1 FOR UPDATE"
+_NAMESPACE_COUNTS = """
+SELECT (SELECT count(*) FROM aidb_memory.session WHERE namespace_id = $1) AS sessions,
+       (SELECT coalesce(sum(next_seq - 1), 0) FROM aidb_memory.session
+        WHERE namespace_id = $1) AS turns,
+       (SELECT count(*) FROM aidb_memory.event WHERE namespace_id = $1) AS events,
+       (SELECT count(*) FROM aidb_memory.memory WHERE namespace_id = $1) AS memories,
+       (SELECT count(*) FROM (
+            SELECT actor_id FROM aidb_memory.session WHERE namespace_id = $1
+            UNION SELECT actor_id FROM aidb_memory.event WHERE namespace_id = $1
+            UNION SELECT actor_id FROM aidb_memory.memory WHERE namespace_id = $1) a) AS actors
+"""
+# Sessions (turns, summaries), events, memories and their history go by ON DELETE CASCADE;
+# model_usage keeps its rows (no content) with namespace_id set to NULL.
+_DROP = "DELETE FROM aidb_memory.namespace WHERE id = $1"
+
+
+def namespace_drop(name: str | None, reason: str | None) -> str:
+    """Admin: erase a namespace and everything in it; audited. Returns the counts."""
+    fn = "namespace_drop"
+    if name is None:
+        raise required(fn, "name")
+    why = _reason(fn, reason)
+    if name == PROTECTED_NAMESPACE:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.{fn}: namespace {quote(name)} belongs to the installation and is "
+            "never dropped",
+            hint="erase an actor in it with aidb_memory.forget, or deactivate it with "
+            "aidb_memory.namespace_update",
+        )
+    rows = db.execute(_LOCK_NAMESPACE, ("text",), (name,))
+    if not rows.nrows():
+        raise ApiError(
+            UNDEFINED_OBJECT,
+            f"aidb_memory.{fn}: namespace {quote(name)} does not exist",
+            hint="aidb_memory.namespaces lists them",
+        )
+    ident = int(rows[0]["id"])
+    row = db.execute(_NAMESPACE_COUNTS, ("bigint",), (ident,))[0]
+    counts = {k: int(row[k]) for k in ("actors", "sessions", "turns", "events", "memories")}
+    db.execute(_DROP, ("bigint",), (ident,))
+    text = json.dumps(counts)
+    db.execute(
+        _AUDIT, ("text", "text", "text", "text", "text"), ("namespace_drop", name, None, text, why)
+    )
+    return text

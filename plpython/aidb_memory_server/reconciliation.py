@@ -1,0 +1,196 @@
+"""Reconciliation (SPEC §5): what an extraction's operations do to the actor's memories.
+
+Runs in the event's transaction under a per-(namespace, actor) advisory lock, so two events of
+one actor never reconcile at once: the same new fact stated by both is stored once.
+
+- ``add``: not stored when a current memory has the same normalized content (exact duplicate)
+  or is a near duplicate (trigram similarity at least ``NEAR_DUPLICATE``).
+- ``update``: the target is superseded (``valid_to``, ``superseded_by``) by the new memory (or by
+  the current one that already says the same).
+- ``invalidate``: the target's ``valid_to`` is set; nothing replaces it.
+
+Nothing is deleted; every change is a row in ``memory_history`` naming the event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aidb_memory_server import db, extraction
+
+NEAR_DUPLICATE = 0.8
+RELATED_LIMIT = 20
+EMPTY_RESULT: dict[str, Any] = {
+    "added": 0,
+    "updated": 0,
+    "invalidated": 0,
+    "duplicates": 0,
+    "memories": [],
+}
+# Lock space of reconciliation: (LOCK_CLASS, hashtext(namespace id || actor)).
+LOCK_CLASS = 0x41_44_52_43  # "ADRC"
+_WORD = re.compile(r"\w{3,}")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A current memory as extraction sees it."""
+
+    id: int
+    public_id: str
+    content: str
+
+
+# Current memories that share words with the event's turns, then the newest, up to the limit.
+_RELATED = """
+SELECT id, public_id::text AS public_id, content FROM (
+    (SELECT m.id, m.public_id, m.content, 0 AS tier,
+            ts_rank_cd(m.tsv, to_tsquery('simple', $3)) AS rank
+     FROM aidb_memory.memory m
+     WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+       AND $3 <> '' AND m.tsv @@ to_tsquery('simple', $3)
+     ORDER BY rank DESC LIMIT $4)
+    UNION ALL
+    (SELECT m.id, m.public_id, m.content, 1, 0
+     FROM aidb_memory.memory m
+     WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+     ORDER BY m.created_at DESC LIMIT $4)
+) AS c
+GROUP BY id, public_id, content
+ORDER BY min(tier), max(rank) DESC, id DESC
+LIMIT $4
+"""
+_LOCK = "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))"
+_SAME = """
+SELECT id, public_id::text AS public_id FROM aidb_memory.memory
+WHERE namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+  AND (content_hash = $3 OR similarity(content, $4) >= $5)
+ORDER BY content_hash = $3 DESC, similarity(content, $4) DESC
+LIMIT 1
+"""
+_CURRENT = "SELECT content FROM aidb_memory.memory WHERE id = $1 AND valid_to IS NULL"
+_INSERT = """
+INSERT INTO aidb_memory.memory
+    (namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
+     embedding, embedding_model)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END)
+RETURNING id, public_id::text AS public_id
+"""
+_CLOSE = """
+UPDATE aidb_memory.memory SET valid_to = now(), superseded_by = $2, updated_at = now()
+WHERE id = $1 AND valid_to IS NULL
+"""
+_HISTORY = """
+INSERT INTO aidb_memory.memory_history
+    (memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+_HISTORY_TYPES = ("bigint", "bigint", "text", "bigint", "text", "text", "text")
+
+
+def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
+    """A to_tsquery OR-expression of the longest distinct words of the turns (only \\w chars:
+    nothing the tsquery parser could read as an operator)."""
+    words: dict[str, None] = {}
+    for t in turns:
+        for w in _WORD.findall(t.content.casefold()):
+            words.setdefault(w, None)
+    chosen = sorted(words, key=len, reverse=True)[:limit]
+    return " | ".join(chosen)
+
+
+def lock_actor(namespace_id: int, actor_id: str) -> None:
+    """Serialize with every other change to this actor's memories, to the end of the
+    transaction (reconciliation, delete, forget)."""
+    db.execute(_LOCK, ("int", "text"), (LOCK_CLASS, f"{namespace_id}\0{actor_id}"))
+
+
+def related(namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn]) -> list[Memory]:
+    """The actor's current memories the model is shown beside the turns."""
+    rows = db.execute(
+        _RELATED,
+        ("bigint", "text", "text", "int"),
+        (namespace_id, actor_id, query_words(turns), RELATED_LIMIT),
+    )
+    return [Memory(int(r["id"]), r["public_id"], r["content"]) for r in rows]
+
+
+def apply(
+    event: Any,
+    operations: Sequence[extraction.Operation],
+    refs: dict[str, Memory],
+    vectors: dict[str, list[float]] | None = None,
+    embedding_model: str | None = None,
+) -> dict[str, Any]:
+    """Apply ``operations`` for ``event``; what changed (counts and the new memories' ids).
+    ``vectors``: the embedding of each new text, by ``embedding_model`` (its registered name,
+    which search compares with the namespace's)."""
+    ns, actor, event_id = int(event["namespace_id"]), event["actor_id"], int(event["id"])
+    lock_actor(ns, actor)
+    out: dict[str, Any] = {
+        k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
+    }
+
+    def history(memory_id: int, op: str, old: str | None, new: str | None) -> None:
+        db.execute(_HISTORY, _HISTORY_TYPES, (memory_id, ns, actor, event_id, op, old, new))
+
+    def store(text: str) -> tuple[int, bool]:
+        """(memory id, whether it is new) for ``text``: an existing duplicate or a new row."""
+        same = db.execute(
+            _SAME,
+            ("bigint", "text", "text", "text", "float4"),
+            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE),
+        )
+        if same.nrows():
+            return int(same[0]["id"]), False
+        row = db.execute(
+            _INSERT,
+            ("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
+            (
+                ns,
+                actor,
+                event["agent_id"],
+                event["session_id"],
+                text,
+                extraction.content_hash(text),
+                event_id,
+                (vectors or {}).get(text),
+                embedding_model,
+            ),
+        )[0]
+        history(int(row["id"]), "add", None, text)
+        out["memories"].append(row["public_id"])
+        return int(row["id"]), True
+
+    for op in operations:
+        target = refs.get(op.target) if op.target else None
+        old = None
+        if target is not None:
+            current = db.execute(_CURRENT, ("bigint",), (target.id,))
+            old = current[0]["content"] if current.nrows() else None
+        if op.op == "add" or (op.op == "update" and old is None):
+            assert op.text is not None
+            _, new = store(op.text)
+            out["added" if new else "duplicates"] += 1
+        elif op.op == "update" and target is not None and op.text is not None:
+            if extraction.content_hash(op.text) == extraction.content_hash(old or ""):
+                out["duplicates"] += 1
+                continue
+            # Close the old one first: the new content may be a near duplicate of it.
+            db.execute(_CLOSE, ("bigint", "bigint"), (target.id, None))
+            new_id, _ = store(op.text)
+            db.execute(
+                "UPDATE aidb_memory.memory SET superseded_by = $2 WHERE id = $1",
+                ("bigint", "bigint"),
+                (target.id, new_id),
+            )
+            history(target.id, "supersede", old, op.text)
+            out["updated"] += 1
+        elif op.op == "invalidate" and target is not None and old is not None:
+            db.execute(_CLOSE, ("bigint", "bigint"), (target.id, None))
+            history(target.id, "invalidate", old, None)
+            out["invalidated"] += 1
+    return out

@@ -1,0 +1,100 @@
+-- Long-term memory (SPEC §5): search, list and erase the facts extraction keeps about an actor;
+-- namespace_drop (SPEC §2) erases a whole namespace.
+
+-- The trigram signal uses `query <% content` (word_similarity above the threshold), which the
+-- trigram index answers; the threshold is pinned here for the call, whatever the session set.
+CREATE OR REPLACE FUNCTION aidb_memory.search(
+    namespace text,
+    actor_id text,
+    query text,
+    "limit" integer DEFAULT 10,
+    session_id text DEFAULT NULL,
+    agent_id text DEFAULT NULL
+)
+RETURNS TABLE (
+    id uuid,
+    content text,
+    score real,
+    agent_id text,
+    session_id text,
+    created_at timestamptz
+)
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET pg_trgm.word_similarity_threshold = 0.3
+AS $py$ memories.search $py$;
+COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
+'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
+'of full-text search, trigram word similarity (finds misspelled words) and, when the namespace '
+'has an embedding model and the memories were embedded with it, cosine similarity. score is in '
+'[0, 1] (1: first in every signal). Never superseded, deleted or another actor''s memories. '
+'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
+'42704, 42501, 55000 memories embedded with another model than the namespace''s.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.list_memories(
+    namespace text,
+    actor_id text,
+    session_id text DEFAULT NULL,
+    agent_id text DEFAULT NULL,
+    "limit" integer DEFAULT 50,
+    include_superseded boolean DEFAULT false
+)
+RETURNS TABLE (
+    id uuid,
+    content text,
+    agent_id text,
+    session_id text,
+    valid_from timestamptz,
+    valid_to timestamptz,
+    superseded_by uuid,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ memories.list_memories $py$;
+COMMENT ON FUNCTION aidb_memory.list_memories(text, text, text, text, integer, boolean) IS
+'The actor''s memories, newest first: current ones, and with include_superseded also those a '
+'later fact replaced (valid_to and superseded_by set). session_id and agent_id filter; limit '
+'1..1000. Errors: 22004, 22023, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.delete(
+    namespace text,
+    actor_id text,
+    selector jsonb,
+    reason text,
+    session_id text DEFAULT NULL,
+    agent_id text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ memories.delete $py$;
+COMMENT ON FUNCTION aidb_memory.delete(text, text, jsonb, text, text, text) IS
+'Delete the actor''s memories that selector names — {"ids": [uuid, ...]}, {"all": true} or '
+'{"before": timestamp} (created before it) — within the session_id and agent_id filters, current '
+'or superseded, with their history; returns how many. The reason is required and recorded in '
+'the audit log with the counts, never content or ids. Errors: 22004 NULL selector or reason, '
+'22023 bad selector or empty reason, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.forget(namespace text, actor_id text, reason text)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ memories.forget $py$;
+COMMENT ON FUNCTION aidb_memory.forget(text, text, text) IS
+'Erase every trace of an actor in a namespace: sessions with their turns, summaries and '
+'handoffs, events with their turns and idempotency keys, memories and their history. Returns '
+'the counts of what it removed; one audit row keeps who, when, the counts and the reason, never '
+'content or the actor''s id. Errors: 22004 NULL reason, 22023 empty reason, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_drop(name text, reason text)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ memories.namespace_drop $py$;
+COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
+'Admin: erase a namespace and everything in it (sessions, turns, summaries, events, memories, '
+'history); returns the counts. Audited with the namespace name, counts and reason. pg_agents, '
+'which the installation creates, is refused (55000). Errors: 22004, 22023 empty reason, 42704 '
+'unknown namespace, 55000.';

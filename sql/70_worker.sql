@@ -1,0 +1,111 @@
+-- The extraction worker (SPEC §5): a queue of events worked by any number of workers.
+
+CREATE OR REPLACE FUNCTION aidb_memory.event_claim(lease_s integer)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ eventqueue.event_claim $py$;
+COMMENT ON FUNCTION aidb_memory.event_claim(integer) IS
+'Internal (process_events): claims the oldest claimable event (accepted and due, or processing '
+'with a lapsed lease) with FOR UPDATE SKIP LOCKED, for lease_s seconds; its id, or NULL.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.event_process(
+    event_id bigint,
+    max_attempts integer,
+    backoff_s real
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ eventqueue.event_process $py$;
+COMMENT ON FUNCTION aidb_memory.event_process(bigint, integer, real) IS
+'Internal (process_events): works one claimed event: the extraction call, then reconciliation '
+'under a per-(namespace, actor) lock. Returns processed, skipped, retry (failed, due again after '
+'backoff), failed (after max_attempts) or lost (another worker holds it).';
+
+CREATE OR REPLACE FUNCTION aidb_memory.event_error(
+    event_id bigint,
+    max_attempts integer,
+    backoff_s real,
+    error text
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ eventqueue.event_error $py$;
+COMMENT ON FUNCTION aidb_memory.event_error(bigint, integer, real, text) IS
+'Internal (process_events): records an attempt that ended in an unexpected error, as a retry or, '
+'after max_attempts, a failure.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.event_remaining()
+RETURNS bigint
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ eventqueue.event_remaining $py$;
+COMMENT ON FUNCTION aidb_memory.event_remaining() IS
+'Events waiting for a worker: accepted (due or not), or processing with a lapsed lease.';
+
+-- A procedure, so that it commits after each claim and each event. PostgreSQL allows COMMIT only
+-- in a SECURITY INVOKER procedure without SET: it has no rights of its own and calls only the
+-- functions above, which its caller (an aidb_workers member) may execute.
+CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
+    max_events integer DEFAULT 100,
+    lease_s integer DEFAULT 300,
+    max_attempts integer DEFAULT 5,
+    backoff_s real DEFAULT 10,
+    INOUT processed integer DEFAULT NULL,
+    INOUT failed integer DEFAULT NULL,
+    INOUT retried integer DEFAULT NULL
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    claimed bigint;
+    outcome text;
+BEGIN
+    processed := 0;
+    failed := 0;
+    retried := 0;
+    IF max_events IS NULL OR max_events < 1 OR max_events > 100000 THEN
+        RAISE EXCEPTION 'aidb_memory.process_events: max_events must be between 1 and 100000'
+            USING ERRCODE = '22023';
+    END IF;
+    FOR i IN 1..max_events LOOP
+        claimed := aidb_memory.event_claim(lease_s);
+        EXIT WHEN claimed IS NULL;
+        COMMIT;
+        BEGIN
+            outcome := aidb_memory.event_process(claimed, max_attempts, backoff_s);
+        EXCEPTION
+            WHEN query_canceled OR admin_shutdown OR invalid_parameter_value THEN
+                RAISE;
+            WHEN OTHERS THEN
+                outcome := aidb_memory.event_error(claimed, max_attempts, backoff_s, SQLERRM);
+        END;
+        COMMIT;
+        IF outcome IN ('processed', 'skipped') THEN
+            processed := processed + 1;
+        ELSIF outcome = 'failed' THEN
+            failed := failed + 1;
+        ELSIF outcome = 'retry' THEN
+            retried := retried + 1;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON PROCEDURE aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer) IS
+'The extraction worker (aidb_workers): claims up to max_events events one at a time (FOR UPDATE '
+'SKIP LOCKED, with a lease of lease_s seconds), extracts and reconciles each in its own '
+'transaction, retries a failed one after backoff_s doubling per attempt, and marks it failed '
+'after max_attempts. Returns how many were processed (or skipped), failed and retried. Safe to '
+'run from several sessions at once, and from pg_cron.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.status(namespace text, actor_id text, event_id uuid)
+RETURNS jsonb
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $py$ eventqueue.status $py$;
+COMMENT ON FUNCTION aidb_memory.status(text, text, uuid) IS
+'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error and '
+'what it produced (counts and the ids of new memories); NULL for an unknown event or another '
+'actor''s. Errors: 22004, 22023, 42704, 42501.';
