@@ -7,6 +7,13 @@ why; later an admin gives it one and a long conversation is compacted. That mode
 OpenAI-compatible endpoint of ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` / ``OPENAI_MODEL`` when
 either of the first two is set (the key goes into the database with ``set_secret`` and is never
 printed), else the builtin extractive summarizer, which is not a model, and the demo says so.
+
+Long-term memory follows: alice and bob mention lasting facts, a worker role runs the extraction
+worker (``process_events``) once, and the demo shows the events' statuses, ``status``,
+``list_memories``, ``search`` (an exact word and a misspelled one) and ``forget`` with its audit
+row. Extraction needs a language model: with the builtin summarizer the worker skips the events
+and the demo says so (``SKIPPED_LINE``); with an endpoint that fails or answers malformed JSON,
+the events are retried and failed, and the demo shows their ``last_error`` and goes on.
 """
 
 from __future__ import annotations
@@ -659,11 +666,20 @@ def _model(admin: Connection, endpoint: Endpoint | None) -> None:
             ") AS model_id;"
         )
         _run(admin, create)
+    if endpoint is None:
+        later = """
+            The builtin summarizer cannot extract facts, though, so the worker will skip them, as
+            a later step shows.
+            """
+    else:
+        later = "A later step runs the worker."
     _say(
         """
         The namespace's model_spec names it as its llm, the model that compaction uses.
-        Extraction into long-term memory (which would use it too) stays off in this walkthrough.
+        Extraction into long-term memory uses it too, and config turns extraction on (its
+        default, written out here): from now on each add's event is accepted for the worker.
         """
+        + " ".join(later.split())
     )
     _run(
         admin,
@@ -672,7 +688,7 @@ def _model(admin: Connection, endpoint: Endpoint | None) -> None:
         FROM aidb_memory.namespace_update(
           name       => 'helpdesk_namespace',
           model_spec => '{{"llm": "{MODEL}"}}',
-          config     => '{{"extraction": false}}'
+          config     => '{{"extraction": true}}'
         );
         """,
     )
@@ -778,15 +794,7 @@ def _compaction(app: Connection, admin: Connection) -> None:
         with one add; $1 is these turns as a jsonb array:
         """
     )
-    _gap()
-    turns: list[dict[str, str]] = []
-    for question, answer in _MORE:
-        for role, text in (("user", question), ("assistant", answer)):
-            turns.append({"role": role, "content": text})
-            lines = textwrap.wrap(text, WIDTH - len(INDENT) - 11)
-            print(f"{INDENT}{role:10} {lines[0]}")
-            for line in lines[1:]:
-                print(f"{INDENT}{'':10} {line}")
+    turns = _show_turns([(r, t) for q, a in _MORE for r, t in (("user", q), ("assistant", a))])
     _run(
         app,
         """
@@ -883,6 +891,298 @@ def _compaction(app: Connection, admin: Connection) -> None:
         )
 
 
+# --- long-term memory --------------------------------------------------------------------------
+
+SKIPPED_LINE = (
+    "skipped: no OPENAI_API_KEY/OPENAI_BASE_URL — extraction needs a language model; "
+    "events are 'skipped'"
+)
+WORKER_ROLE = "helpdesk_worker"
+
+_ALICE_FACTS = [
+    (
+        "user",
+        "Hello again! Two things for your notes: please always email me rather than phone, I "
+        "spend my days in the shops. And Alice Co runs four bakeries in Edinburgh; the 8 seats "
+        "are for the shop managers.",
+    ),
+    (
+        "assistant",
+        "Noted: email only from now on, no calls. Four bakeries in Edinburgh, with a seat for "
+        "each shop manager.",
+    ),
+]
+_BOB = [
+    (
+        "user",
+        "Hi, this is Bob from Leith Ales. Please send our February invoice to my own address, "
+        "bob.m@example.net, not the company one.",
+    ),
+    ("assistant", "Sent: a copy of the February invoice went to bob.m@example.net."),
+]
+
+
+def _show_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    """Print turns as a person reads them; returns them as add takes them."""
+    _gap()
+    for role, text in turns:
+        lines = textwrap.wrap(text, WIDTH - len(INDENT) - 11)
+        print(f"{INDENT}{role:10} {lines[0]}")
+        for line in lines[1:]:
+            print(f"{INDENT}{'':10} {line}")
+    return [{"role": role, "content": text} for role, text in turns]
+
+
+_WORKED = """
+    SELECT actor_id, session_id, status, attempts, last_error
+    FROM aidb_memory.events WHERE attempts > 0 ORDER BY event_id;
+"""
+
+_SEARCH = """
+    SELECT content, round(score::numeric, 2) AS score
+    FROM aidb_memory.search(
+      namespace => 'helpdesk_namespace',
+      actor_id  => 'alice',
+      query     => '{query}',
+      "limit"   => 3
+    );
+"""
+
+
+def _long_term_memory(
+    app: Connection, admin: Connection, server: ThrowawayServer, endpoint: Endpoint | None
+) -> None:
+    _heading("Long-term memory: alice and bob mention lasting facts")
+    _say(
+        """
+        Sessions remember a conversation; long-term memories remember the person across all of
+        them. A week later alice writes in again (add creates the session conv-738951), with
+        facts worth keeping; and another customer, bob, writes in too.
+        """
+    )
+    _say("alice's turns, $1 below:")
+    rows = _run(
+        app,
+        """
+        SELECT aidb_memory.add(
+          namespace       => 'helpdesk_namespace',
+          actor_id        => 'alice',
+          turns           => $1,
+          session_id      => 'conv-738951',
+          agent_id        => 'helpdesk-agent-64849',
+          idempotency_key => 'conv-738951-turn-001'
+        );
+        """,
+        (Jsonb(_show_turns(_ALICE_FACTS)),),
+    )
+    event = str(rows[0][0]) if rows else None
+    _say("bob's turns, $1 below:")
+    _run(
+        app,
+        """
+        SELECT aidb_memory.add(
+          namespace  => 'helpdesk_namespace',
+          actor_id   => 'bob',
+          turns      => $1,
+          session_id => 'conv-738960',
+          agent_id   => 'helpdesk-agent-64849'
+        );
+        """,
+        (Jsonb(_show_turns(_BOB)),),
+    )
+    _say(
+        """
+        Each add recorded an event, and since the namespace has an llm and extraction is on,
+        the events wait for the extraction worker: status says accepted, with no attempt yet.
+        """
+    )
+    status = f"""
+        SELECT aidb_memory.status(
+          namespace => 'helpdesk_namespace',
+          actor_id  => 'alice',
+          event_id  => '{event}'
+        );
+    """
+    if event is not None:
+        _run(app, status, json_result=True)
+
+    _heading("The extraction worker: process_events (as a worker)")
+    _say(
+        f"""
+        The worker is the procedure process_events, for members of aidb_workers; `aidb-memory
+        worker` runs it in a loop, pg_cron can run it too. Here it runs once, as its own login
+        role {WORKER_ROLE}. It claims each accepted event with a lease, makes one model call
+        with structured output (a JSON schema of add, update and invalidate operations), shown
+        the event's turns and the actor's related memories, and reconciles the answer with the
+        actor's memories in the event's own transaction. max_attempts => 2 and backoff_s => 0
+        let a failing event be retried at once and marked failed within the demo (the defaults
+        are 5 attempts and a 10 s backoff, doubling).
+        """
+    )
+    _run(admin, f"CREATE ROLE {WORKER_ROLE} LOGIN IN ROLE aidb_workers;")
+    with psycopg.connect(server.dsn("demo", WORKER_ROLE), autocommit=True) as worker:
+        _run(
+            worker,
+            "CALL aidb_memory.process_events(max_events => 50, max_attempts => 2, backoff_s => 0);",
+        )
+        _say("The events it worked, as the worker sees them:")
+        worked = _run(worker, _WORKED) or []
+    statuses = {row[2] for row in worked}
+    if endpoint is None:
+        nothing = "extraction needs a language model, and the builtin summarizer is none"
+    elif statuses == {"processed"}:
+        nothing = "the model found no fact worth keeping"
+    else:
+        nothing = "the extraction calls did not succeed, see the worker's step"
+    errors = [row[4] for row in worked if row[4]]
+    if endpoint is None:
+        _say(SKIPPED_LINE + ".")
+        _say(
+            """
+            The namespace's llm is the builtin extractive summarizer, which quotes sentences
+            but is not a language model: it cannot extract facts, so the worker marked each
+            event skipped and wrote no memory. Set OPENAI_API_KEY or OPENAI_BASE_URL to see
+            extraction and search.
+            """
+        )
+    elif statuses == {"processed"}:
+        _say(
+            f"""
+            {MODEL} answered every event with operations that matched the schema, and they were
+            reconciled into memories (a duplicate of a current memory is not stored twice). As
+            an admin, the model calls recorded (no content):
+            """
+        )
+    else:
+        first = f" The first error: {errors[0]}." if errors else ""
+        _say(
+            f"""
+            Extraction did not succeed for every event (statuses
+            {", ".join(sorted(statuses))}).{first} A failed attempt stores nothing: the event is
+            retried after a backoff and, after max_attempts, marked failed with its error in
+            last_error, where status shows it too. Sessions and reads are not affected. As an
+            admin, the model calls recorded (no content; outcome is the HTTP call's, so an
+            answer rejected as malformed still counts as ok):
+            """
+        )
+    if endpoint is not None:
+        _run(
+            admin,
+            """
+            SELECT purpose, outcome, count(*) AS calls
+            FROM aidb_memory.model_calls GROUP BY purpose, outcome ORDER BY purpose, outcome;
+            """,
+        )
+
+    _heading("What an event produced: status")
+    if event is not None:
+        rows = _run(app, status, json_result=True)
+        answer = rows[0][0] if rows else None
+        if isinstance(answer, dict):
+            result = answer.get("result") or {}
+            if answer.get("status") == "processed":
+                _say(
+                    f"""
+                    Processed: {result.get("added", 0)} memories added,
+                    {result.get("updated", 0)} updated, {result.get("invalidated", 0)}
+                    invalidated, {result.get("duplicates", 0)} duplicates not stored again;
+                    result.memories holds the ids of the new ones.
+                    """
+                )
+            elif answer.get("status") == "skipped":
+                _say(f"Skipped: {result.get('reason', 'extraction is not possible')}.")
+            else:
+                _say(
+                    f"""
+                    {str(answer.get("status")).capitalize()} after {answer.get("attempts")}
+                    attempts; last_error says why, and nothing of the attempts was stored.
+                    """
+                )
+
+    _heading("Alice's memories: list_memories")
+    memories = _run(
+        app,
+        """
+        SELECT content, session_id
+        FROM aidb_memory.list_memories(namespace => 'helpdesk_namespace', actor_id => 'alice');
+        """,
+    )
+    if memories:
+        _say(
+            """
+            The current memories, newest first. A memory that a later fact supersedes keeps its
+            row (valid_to, superseded_by) and leaves this list; include_superseded => true shows
+            it, and memory_history keeps every change with the event that caused it.
+            """
+        )
+    else:
+        _say(f"None: {nothing}. Only the worker writes memories.")
+
+    _heading("search: an exact word and a misspelled one")
+    if not memories:
+        _say(f"skipped: alice has no memories to search ({nothing}).")
+    else:
+        _say(
+            """
+            search ranks alice's current memories by a fusion of full-text search, trigram
+            similarity and, with an embedding model, vectors. An exact word first:
+            """
+        )
+        _run(app, _SEARCH.format(query="email"))
+        _say(
+            """
+            Then a misspelled one: bakerys is no word of any memory, but its trigrams are close
+            to those of bakeries.
+            """
+        )
+        found = _run(app, _SEARCH.format(query="bakerys"))
+        if found:
+            _say("The misspelling still finds the fact, through its trigrams.")
+        else:
+            _say("Nothing found: the model worded the facts without a word close to bakerys.")
+
+    _heading("Erasure: forget")
+    _say(
+        """
+        bob asks the help desk to erase what it knows of him. forget removes every trace of an
+        actor in the namespace (sessions, turns, summaries, handoffs, events, memories and
+        their history, idempotency keys) and returns the counts:
+        """
+    )
+    _run(
+        app,
+        """
+        SELECT aidb_memory.forget(
+          namespace => 'helpdesk_namespace',
+          actor_id  => 'bob',
+          reason    => 'erasure request #4711'
+        ) AS removed;
+        """,
+    )
+    _run(
+        app,
+        """
+        SELECT (SELECT count(*) FROM aidb_memory.list_memories(
+                  namespace => 'helpdesk_namespace', actor_id => 'bob')) AS memories,
+               (SELECT count(*) FROM aidb_memory.session_list(
+                  namespace => 'helpdesk_namespace', actor_id => 'bob')) AS sessions;
+        """,
+    )
+    _say(
+        """
+        One audit row remains, readable by superusers: who, when, what, the counts and the
+        reason, with an HMAC of namespace and actor instead of bob's id, and no content:
+        """
+    )
+    _run(
+        admin,
+        """
+        SELECT by_role, action, namespace, counts, reason, left(subject_hash, 16) AS subject_hash
+        FROM aidb_memory.audit_log WHERE action = 'forget';
+        """,
+    )
+
+
 def _listing(app: Connection, admin: Connection) -> None:
     _heading("Alice's sessions: session_list")
     _say("Index rows, never transcripts; the most recently active first.")
@@ -905,14 +1205,14 @@ def _listing(app: Connection, admin: Connection) -> None:
     _say(
         """
         An admin sees the event each add recorded for long-term memory: one per add, none for the
-        retry. They are skipped: at first the namespace had no model, and since it has one its
-        config keeps extraction off.
+        retry. Those of the adds made before the namespace had a model are skipped; the later
+        ones went through the worker above. bob's are gone with everything else of his.
         """
     )
     _run(
         admin,
         """
-        SELECT session_id, idempotency_key, status
+        SELECT actor_id, session_id, idempotency_key, status, attempts
         FROM aidb_memory.events ORDER BY event_id;
         """,
     )
@@ -960,6 +1260,7 @@ def main() -> int:
                 _undo(app)
                 _model(admin, endpoint)
                 _compaction(app, admin)
+                _long_term_memory(app, admin, server, endpoint)
                 _listing(app, admin)
     print("\ndemo finished; the server is stopped and its files removed.")
     return 0

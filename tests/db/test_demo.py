@@ -3,7 +3,9 @@
 It runs as a user runs it, ``python -m aidb_memory demo`` in its own process, with its own
 throwaway server (not the test run's). Compaction uses the builtin extractive summarizer unless
 ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` name an endpoint; here that endpoint is the fake
-OpenAI-compatible server (tests/fake_openai.py), answering or failing.
+OpenAI-compatible server (tests/fake_openai.py), answering or failing. Extraction needs that
+endpoint: without one the demo says it skipped extraction; with one, the fake answers the
+extraction requests (those with a ``response_format``) with operations, or with malformed JSON.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import subprocess
 
 import pytest
 
-from aidb_memory.demo import BUILTIN_LINE, pretty_json
+from aidb_memory.demo import BUILTIN_LINE, SKIPPED_LINE, pretty_json
 from conftest import run_cli
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply, Request, serve
 
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
@@ -41,6 +43,55 @@ SUMMARY = (
     "Alice (pro plan, SAVE20) gets 8 seats and annual billing from April 1.\n"
     "Invoices INV-2025-0412 to 0414 were reissued to 14 Harbour Street."
 )
+
+
+# What the fake model extracts from an event, by a phrase of its new turns.
+FACTS = {
+    "14 Harbour Street": [
+        "Alice's company gets its invoices at 14 Harbour Street, Leith, Edinburgh EH6 6JJ.",
+        "Alice's company has 8 seats on the pro plan, billed annually from April 1.",
+    ],
+    "four bakeries": [
+        "Alice prefers email to phone calls.",
+        "Alice Co runs four bakeries in Edinburgh.",
+    ],
+    "Leith Ales": ["Bob works at Leith Ales."],
+}
+
+
+def is_extraction(request: Request) -> bool:
+    return bool(request.body.get("response_format"))
+
+
+def extract(request: Request) -> Reply:
+    """A valid extraction answer: an add for each fact of FACTS that the new turns state."""
+    sent = request.body["messages"][-1]["content"]
+    turns = sent.split("New turns:", 1)[1]
+    facts = [fact for phrase, found in FACTS.items() if phrase in turns for fact in found]
+    operations = [{"op": "add", "target": None, "text": fact} for fact in facts]
+    return Reply(content=json.dumps({"operations": operations}))
+
+
+def answer(request: Request) -> Reply:
+    """The fake model: operations for extraction, the summary for compaction."""
+    return extract(request) if is_extraction(request) else Reply(content=SUMMARY)
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The data rows of the first aligned table in ``text`` (the lines after its ``---+---``)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.fullmatch(r" +-+(\+-+)*", line))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("   ") or re.fullmatch(r" +\(\d+ rows?\)", line):
+            break
+        rows.append([cell.strip() for cell in line.split(" | ")])
+    return rows
+
+
+def _after(text: str, marker: str) -> str:
+    assert marker in text, text
+    return text.split(marker, 1)[1]
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +237,20 @@ def test_demo_without_an_endpoint_compacts_with_the_builtin_summarizer(
     assert "Still 1 compaction call" in again
 
 
-def test_demo_with_an_endpoint_compacts_with_that_model() -> None:
+@pytest.fixture(scope="module")
+def endpoint_demo() -> tuple[subprocess.CompletedProcess[str], str, list[Request]]:
+    """The demo with the fake model answering: its result, the fake's base URL and requests."""
     with serve() as fake:
-        fake.queue(Reply(content=SUMMARY))
+        fake.default = answer
         result = run_demo_with(fake)
-        calls = fake.calls()
+        return result, fake.base_url, fake.calls()
+
+
+def test_demo_with_an_endpoint_compacts_with_that_model(
+    endpoint_demo: tuple[subprocess.CompletedProcess[str], str, list[Request]],
+) -> None:
+    result, base_url, requests = endpoint_demo
+    calls = [c for c in requests if not is_extraction(c)]
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert KEY not in out + result.stderr
@@ -200,14 +260,12 @@ def test_demo_with_an_endpoint_compacts_with_that_model() -> None:
 
     model = _step(steps, "A model for compaction")
     said = " ".join(model.split())
-    assert (
-        f"using the OpenAI-compatible endpoint {fake.base_url} with the model demo-chat-model"
-        in said
-    )
+    assert f"using the OpenAI-compatible endpoint {base_url} with the model demo-chat-model" in said
     assert "set_secret(name => 'helpdesk_openai_key', value => $1)" in model
     assert '"api_key_secret": "helpdesk_openai_key"' in model
 
     # The endpoint got the one compaction request, with OPENAI_MODEL and the stored key.
+    assert '"extraction": true' in model
     (request,) = calls
     assert request.body["model"] == "demo-chat-model"
     assert request.headers["authorization"] == f"Bearer {KEY}"
@@ -247,6 +305,11 @@ def test_demo_with_a_failing_endpoint_completes_and_says_why() -> None:
     again = _step(steps, "budgeted read again")
     assert "{compaction_call_failed}" in again
     assert re.search(r"compaction_calls\n +-+\n +2\n", again), again
+    # Extraction fails too: retried, then failed with the error shown.
+    worker = _step(steps, "extraction worker")
+    assert _table_rows(_after(worker, CALL)) == [["0", "3", "3"]]
+    assert "HTTP 500" in _after(worker, WORKED)
+    assert "(0 rows)" in _step(steps, "list_memories")
     # The rest of the story runs as before.
     assert "conv-738950 | helpdesk-agent-64849 | false" in _step(steps, "session_list")
     assert out.rstrip().endswith("the server is stopped and its files removed.")
@@ -263,3 +326,152 @@ def test_pretty_json_wraps_what_does_not_fit() -> None:
     assert all(len(line) <= 60 for line in lines), lines
     assert lines[0] == "{" and lines[-1] == "}"
     assert json.loads("\n".join(lines)) == value
+
+
+# --- long-term memory ----------------------------------------------------------------------------
+
+WORKED = "FROM aidb_memory.events WHERE attempts > 0 ORDER BY event_id;"
+CALL = "CALL aidb_memory.process_events(max_events => 50, max_attempts => 2, backoff_s => 0);"
+AUDIT = "FROM aidb_memory.audit_log WHERE action = 'forget';"
+
+
+def _forget_checks(forget: str, memories: int) -> None:
+    """forget removed bob's session, turns, event and memories; the audit row has no content."""
+    removed = _table_rows(forget)[0][0]
+    assert json.loads(removed) == {
+        "turns": 2,
+        "events": 1,
+        "memories": memories,
+        "sessions": 1,
+        "summaries": 0,
+        "memory_history": memories,  # each memory's history: its add
+    }, removed
+    assert _table_rows(_after(forget, "AS sessions;")) == [["0", "0"]]
+    audit = _after(forget, AUDIT)
+    assert re.search(r"action +\| forget\n", audit), audit
+    assert re.search(r"reason +\| erasure request #4711\n", audit), audit
+    for content in ("bob", "Bob", "Leith", "invoice", "example.net"):
+        assert content not in audit, audit
+
+
+def test_demo_without_an_endpoint_says_it_skipped_extraction(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    out = demo.stdout
+    assert demo.returncode == 0, out + demo.stderr
+    steps = _steps(out)
+    model = _step(steps, "A model for compaction")
+    assert '"extraction": true' in model and "cannot extract facts" in model
+
+    told = _step(steps, "lasting facts")
+    assert '"status": "accepted"' in told and '"attempts": 0' in told
+
+    worker = _step(steps, "extraction worker")
+    said = " ".join(worker.split())
+    assert SKIPPED_LINE in said
+    assert "builtin extractive summarizer" in said and "cannot extract facts" in said
+    assert "CREATE ROLE helpdesk_worker LOGIN IN ROLE aidb_workers" in worker
+    assert _table_rows(_after(worker, CALL)) == [["3", "0", "0"]]
+    events = _table_rows(_after(worker, WORKED))
+    assert [(r[0], r[2], r[3]) for r in events] == [
+        ("alice", "skipped", "1"),
+        ("alice", "skipped", "1"),
+        ("bob", "skipped", "1"),
+    ], events
+
+    status = _step(steps, "What an event produced")
+    assert '"status": "skipped"' in status
+    assert "the builtin extractive model cannot extract facts" in status
+
+    assert "(0 rows)" in _step(steps, "list_memories")
+    search = _step(steps, "search:")
+    assert "skipped: alice has no memories to search" in " ".join(search.split())
+    assert "aidb_memory.search(" not in search, "no search runs on nothing"
+
+    _forget_checks(_step(steps, "forget"), memories=0)
+    # The events that remain: alice's only, none accepted or failed.
+    admins = _step(steps, "admins")
+    assert "| bob " not in admins and "accepted" not in admins and "failed" not in admins
+
+
+def test_demo_with_an_endpoint_extracts_and_searches(
+    endpoint_demo: tuple[subprocess.CompletedProcess[str], str, list[Request]],
+) -> None:
+    result, _base_url, requests = endpoint_demo
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert KEY not in out + result.stderr
+    assert SKIPPED_LINE not in out
+    steps = _steps(out)
+
+    # One extraction request per event (alice's two, bob's one), with structured output.
+    extraction = [r for r in requests if is_extraction(r)]
+    assert len(extraction) == 3
+    for request in extraction:
+        assert request.body["model"] == "demo-chat-model"
+        assert request.headers["authorization"] == f"Bearer {KEY}"
+        assert request.body["response_format"]["type"] == "json_schema"
+
+    worker = _step(steps, "extraction worker")
+    assert _table_rows(_after(worker, CALL)) == [["3", "0", "0"]]
+    events = _table_rows(_after(worker, WORKED))
+    assert [(r[0], r[2], r[3], r[4]) for r in events] == [
+        ("alice", "processed", "1", "NULL"),
+        ("alice", "processed", "1", "NULL"),
+        ("bob", "processed", "1", "NULL"),
+    ], events
+    assert re.search(r"extraction +\| ok +\| +3\n", worker), worker
+
+    status = _step(steps, "What an event produced")
+    assert '"status": "processed"' in status and '"added": 2' in status
+    assert "Processed: 2 memories added" in " ".join(status.split())
+
+    listed = [row[0] for row in _table_rows(_step(steps, "list_memories"))]
+    assert sorted(listed) == sorted(FACTS["14 Harbour Street"] + FACTS["four bakeries"])
+
+    search = _step(steps, "search:")
+    exact = _table_rows(_after(search, "query     => 'email'"))
+    assert exact[0][0] == "Alice prefers email to phone calls.", exact
+    misspelled = _table_rows(_after(search, "query     => 'bakerys'"))
+    assert misspelled[0][0] == "Alice Co runs four bakeries in Edinburgh.", misspelled
+    assert "The misspelling still finds the fact" in search
+
+    _forget_checks(_step(steps, "forget"), memories=1)
+    assert out.rstrip().endswith("the server is stopped and its files removed.")
+
+
+def test_demo_with_malformed_extraction_answers_completes_and_shows_the_error() -> None:
+    def malformed(request: Request) -> Reply:
+        if is_extraction(request):
+            return Reply(content='{"operations": [')
+        return Reply(content=SUMMARY)
+
+    with serve() as fake:
+        fake.default = malformed
+        result = run_demo_with(fake)
+        requests = fake.calls()
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "Traceback" not in out + result.stderr
+    assert KEY not in out + result.stderr
+    # Each of the three events: an attempt, its retry, then failed.
+    assert sum(is_extraction(r) for r in requests) == 6
+    steps = _steps(out)
+    assert "A summary was created" in _step(steps, "over budget")
+
+    worker = _step(steps, "extraction worker")
+    assert _table_rows(_after(worker, CALL)) == [["0", "3", "3"]]
+    events = _after(worker, WORKED)
+    assert len(re.findall(r"\| failed\b", events)) == 3, events
+    said = " ".join(worker.split())
+    assert "malformed answer: extraction answer is not valid JSON" in said
+    assert "retried after a backoff" in said
+
+    status = _step(steps, "What an event produced")
+    assert '"status": "failed"' in status and '"attempts": 2' in status
+    assert '"last_error": "malformed answer: extraction answer is not valid JSON' in status
+    assert "(0 rows)" in _step(steps, "list_memories")
+    search = " ".join(_step(steps, "search:").split())
+    assert "no memories to search (the extraction calls did not succeed" in search
+    _forget_checks(_step(steps, "forget"), memories=0)
+    assert out.rstrip().endswith("the server is stopped and its files removed.")

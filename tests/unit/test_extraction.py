@@ -499,3 +499,12 @@ def test_different_words_differ(a: list[str], b: list[str]) -> None:
     left, right = " ".join(a).casefold(), " ".join(b).casefold()
     if left.split() != right.split():
         assert extraction.content_hash(" ".join(a)) != extraction.content_hash(" ".join(b))
+
+
+def test_the_reference_shows_the_schema_the_model_is_sent() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
+    section = text.split("### The extraction contract", 1)[1]
+    shown = section.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(shown) == extraction.REQUEST_SCHEMA
