@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import platform
 import signal
@@ -150,6 +151,150 @@ WHERE n.name = %(ns)s
 
 MESSAGES = "SELECT aidb_memory.session_messages(%s, %s, %s, limit_turns => %s)"
 
+# (e) memories: short facts about users, sentence k of ``m`` built from a template and vocabulary
+# words. k is scrambled (k * 48271 mod m, a bijection: m has no factor but 2 and 5), its last digit
+# picks the template and the rest picks each slot's word by its residue modulo the slot's size; the
+# sizes of one template are pairwise coprime with a product of at least m / 10, so the m sentences
+# are all different (Chinese remainder theorem) and every word of a slot is used evenly. The
+# generator in SQL (MEMORY_CONTENT_SQL) and memory_content here give the same sentences.
+MEMORY_MULT = 48271
+_W = str.split
+NAMES = _W(
+    "Anna Ben Carla David Emma Felix Greta Hugo Ida Jonas Klara Lukas Mia Noah Olga Paul "
+    "Rosa Sami Tara Ugo Vera Wim Xenia Yusuf"
+)
+CITIES = _W(
+    "Berlin Lisbon Madrid Oslo Vienna Prague Dublin Zurich Munich Hamburg Lyon Porto "
+    "Seville Krakow Gdansk Bergen Malmo Turin Naples Bologna Ghent Utrecht Leeds Bristol"
+)
+FOODS = _W(
+    "sushi pasta ramen tacos curry falafel risotto paella pizza dumplings pho burritos "
+    "lasagne gnocchi hummus pancakes waffles croissants bagels noodles goulash pierogi "
+    "kimchi tapas"
+)
+HOBBIES = _W(
+    "hiking cycling climbing swimming rowing chess painting pottery gardening baking "
+    "fishing sailing skiing surfing running yoga photography knitting birdwatching "
+    "camping kayaking dancing singing woodworking"
+)
+JOBS = _W(
+    "nurse teacher plumber architect lawyer dentist pilot chef journalist engineer "
+    "pharmacist librarian electrician accountant designer translator baker carpenter "
+    "firefighter veterinarian programmer photographer mechanic gardener"
+)
+PETS = _W("dog cat parrot rabbit hamster turtle goldfish canary ferret pony")
+COLORS = _W("red blue green black white silver yellow orange purple grey brown beige")
+CARS = _W("Volvo Skoda Fiat Toyota Honda Renault Peugeot Tesla Kia Mazda Audi Seat")
+DAYS = _W("Mondays Tuesdays Wednesdays Thursdays Fridays Saturdays Sundays")
+MEALS = _W("breakfast lunch dinner brunch")
+RELATIONS = _W("sister brother mother father cousin daughter son friend colleague neighbour")
+LANGUAGES = _W(
+    "Spanish French German Italian Polish Dutch Swedish Japanese Korean Arabic Greek Turkish"
+)
+ITEMS = _W(
+    "kettle laptop backpack jacket headphones blender lamp chair monitor keyboard camera watch"
+)
+MONTHS = _W("January February March April May June July August September October November December")
+ALLERGENS = _W(
+    "peanuts shellfish gluten lactose eggs soy sesame walnuts almonds strawberries kiwi mustard"
+)
+# (format, [(words, how many of them), ...]): ten templates, four slots each.
+MEMORY_TEMPLATES: list[tuple[str, list[tuple[list[str], int]]]] = [
+    (
+        "The user's %s %s lives in %s and works as a %s",
+        [(RELATIONS, 10), (NAMES, 23), (CITIES, 19), (JOBS, 21)],
+    ),
+    (
+        "The user prefers %s for %s when visiting %s on %s",
+        [(FOODS, 23), (MEALS, 4), (CITIES, 19), (DAYS, 7)],
+    ),
+    (
+        "The user goes %s with %s on %s near %s",
+        [(HOBBIES, 23), (NAMES, 19), (DAYS, 7), (CITIES, 22)],
+    ),
+    (
+        "The user is allergic to %s and avoids %s at %s in %s",
+        [(ALLERGENS, 11), (FOODS, 23), (MEALS, 4), (CITIES, 19)],
+    ),
+    (
+        "The user has a %s %s named %s who likes %s",
+        [(COLORS, 11), (PETS, 10), (NAMES, 23), (FOODS, 19)],
+    ),
+    (
+        "The user drives a %s %s and commutes to %s as a %s",
+        [(COLORS, 12), (CARS, 11), (CITIES, 23), (JOBS, 19)],
+    ),
+    (
+        "The user ordered a %s %s in %s for %s",
+        [(COLORS, 7), (ITEMS, 12), (MONTHS, 11), (NAMES, 23)],
+    ),
+    (
+        "The user is learning %s to travel to %s with %s in %s",
+        [(LANGUAGES, 12), (CITIES, 23), (NAMES, 19), (MONTHS, 11)],
+    ),
+    (
+        "The user's favourite hobby is %s and %s taught it in %s on %s",
+        [(HOBBIES, 24), (NAMES, 23), (CITIES, 19), (DAYS, 7)],
+    ),
+    (
+        "The user celebrates %s birthday in %s with %s and %s",
+        [(NAMES, 23), (MONTHS, 12), (FOODS, 19), (HOBBIES, 11)],
+    ),
+]
+# The most sentences the templates can tell apart: 10 x the smallest product of slot sizes.
+MEMORY_MAX_PER_ACTOR = 10 * min(math.prod(n for _, n in slots) for _, slots in MEMORY_TEMPLATES)
+OTHER_ACTOR_MEMORIES = 100  # memories of each of the other actors
+
+
+def memory_content(k: int, m: int) -> str:
+    """Sentence k (0 <= k < m) of m different ones."""
+    j = k * MEMORY_MULT % m
+    fmt, slots = MEMORY_TEMPLATES[j % 10]
+    q = j // 10
+    return fmt % tuple(words[q % n] for words, n in slots)
+
+
+def _memory_content_sql() -> str:
+    def lit(s: str) -> str:
+        return "'" + s.replace("'", "''") + "'"
+
+    whens = []
+    for i, (fmt, slots) in enumerate(MEMORY_TEMPLATES):
+        words = ", ".join(
+            f"(ARRAY[{', '.join(lit(w) for w in ws[:n])}])[1 + mod(q, {n})]" for ws, n in slots
+        )
+        whens.append(f"WHEN {i} THEN format({lit(fmt)}, {words})")
+    return "CASE mod(j, 10) " + " ".join(whens) + " END"
+
+
+MEMORY_CONTENT_SQL = _memory_content_sql()
+
+# The queries of (e), a few words each as a user would type them; the misspelled ones name the
+# word the data spells right, which search's best hit must contain (the trigram signal finds it;
+# plain full text finds nothing).
+SEARCH_QUERIES: list[tuple[str, str | None]] = [
+    ("sister lives in Lisbon", None),
+    ("allergic to peanuts", None),
+    ("sushi for dinner", None),
+    ("red Volvo", None),
+    ("learning Japanese", None),
+    ("parrot named Hugo", None),
+    ("goes climbing with Mia", None),
+    ("allergic to penauts", "peanuts"),
+    ("favorite hobby pottery", "favourite"),
+    ("ordered a blue ketle", "kettle"),
+]
+
+SEARCH = 'SELECT id, content FROM aidb_memory.search(%s, %s, %s, "limit" => 10)'
+# (e) reference: plain full text on the same rows, best ts_rank_cd first.
+SEARCH_REF = """
+SELECT public_id, content FROM aidb_memory.memory
+WHERE namespace_id = %(ns)s AND actor_id = %(actor)s AND valid_to IS NULL
+  AND tsv @@ websearch_to_tsquery('simple', %(q)s)
+ORDER BY ts_rank_cd(tsv, websearch_to_tsquery('simple', %(q)s)) DESC
+LIMIT 10
+"""
+
 # --- measuring ----------------------------------------------------------------------------------
 
 
@@ -191,6 +336,34 @@ async def run_group(group: list[Measured], seconds: float, burst: int, record: b
             path.latencies_ns.extend(lat[path.name])
             path.wall_s += spent
             path.per_round.append(len(lat[path.name]) / spent)
+
+
+def measure(
+    runner: asyncio.Runner,
+    paths: dict[str, Measured],
+    groups: list[list[str]],
+    args: argparse.Namespace,
+    start_recording: tuple[QueryCycle, ...] = (),
+) -> None:
+    """Warm each group's paths up, then run ``args.rounds`` rounds of every group."""
+    say(f"bench: warming up each path ({args.warmup} s)")
+    for names in groups:
+        group = [paths[n] for n in names]
+        runner.run(run_group(group, args.warmup, args.burst, record=False))
+    for cycle in start_recording:
+        cycle.recording = True
+    per_round = sum(len(g) for g in groups) * args.slice
+    say(
+        f"bench: {args.rounds} rounds of {args.slice} s per path, the paths of each "
+        f"comparison interleaved {args.burst} operations at a time "
+        f"(at least ~{per_round * args.rounds:.0f} s: each path runs {args.burst} operations "
+        "per round however long they take)"
+    )
+    for r in range(args.rounds):
+        for names in groups:
+            group = [paths[n] for n in (names if r % 2 == 0 else reversed(names))]
+            runner.run(run_group(group, args.slice, args.burst, record=True))
+        say(f"  round {r + 1}/{args.rounds} done")
 
 
 def stats(path: Measured) -> dict[str, Any]:
@@ -291,6 +464,102 @@ def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
         f"  {big_turns:,}-turn session 'big': generated in SQL + 1 add, "
         f"{time.perf_counter() - t0:.1f} s"
     )
+
+
+MEMORY_INDEXES = (
+    "memory_current_hash_idx",
+    "memory_actor_idx",
+    "memory_tsv_idx",
+)
+
+
+def memory_shape(total: int) -> tuple[int, int]:
+    """(memories of ACTOR, number of other actors) for ``total`` memories."""
+    per_actor = total // 10
+    return per_actor, 9 * per_actor // OTHER_ACTOR_MEMORIES
+
+
+def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
+    """(e): ``total`` memories in namespace NS, every tenth one ACTOR's (so ACTOR's are spread over
+    the whole table, as a long-lived actor's would be), the others spread over many actors with
+    OTHER_ACTOR_MEMORIES each; generated in SQL as the superuser, without embeddings (the
+    namespace has no embedding model: search fuses full text and trigrams). The secondary indexes
+    are dropped for the load and created again from their own definitions, which is much faster
+    than maintaining a trigram index row by row."""
+    per_actor, _ = memory_shape(total)
+    groups = per_actor // OTHER_ACTOR_MEMORIES
+    found = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)).fetchone()
+    assert found is not None
+    ns_id = found[0]
+    defs = dict(
+        conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'aidb_memory' "
+            "AND tablename = 'memory' AND indexname = ANY (%s)",
+            (list(MEMORY_INDEXES),),
+        ).fetchall()
+    )
+    assert sorted(defs) == sorted(MEMORY_INDEXES), defs
+    t0 = time.perf_counter()
+    for name in MEMORY_INDEXES:
+        conn.execute(f"DROP INDEX aidb_memory.{name}")
+    # Row g (0-based): ACTOR's sentence g / 10 when g is a multiple of 10; otherwise actor
+    # 'user-<g mod 10>-<(g / 10) mod groups>', whose 100 rows get sentences that are all different.
+    # created_at: 10 s apart, in row order.
+    conn.execute(
+        f"""
+        INSERT INTO aidb_memory.memory
+            (namespace_id, actor_id, content, content_hash, valid_from, created_at, updated_at)
+        SELECT %(ns)s, s.actor, x.c, md5(x.c), s.at, s.at, s.at
+        FROM (SELECT CASE WHEN mod(g, 10) = 0 THEN %(actor)s
+                          ELSE 'user-' || mod(g, 10) || '-' || mod(g / 10, %(groups)s) END AS actor,
+                     mod(mod(g / 10, %(m)s) * {MEMORY_MULT}, %(m)s) AS j,
+                     mod(mod(g / 10, %(m)s) * {MEMORY_MULT}, %(m)s) / 10 AS q,
+                     timestamptz '2025-01-01 00:00:00+00' + g * interval '10 seconds' AS at
+              FROM generate_series(0::bigint, %(total)s - 1) AS g) AS s,
+             LATERAL (SELECT {MEMORY_CONTENT_SQL.replace("%", "%%")} AS c) AS x
+        """,
+        {"ns": ns_id, "actor": ACTOR, "groups": groups, "m": per_actor, "total": total},
+    )
+    inserted = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    for name in MEMORY_INDEXES:
+        conn.execute(defs[name])
+    conn.execute("RESET maintenance_work_mem")
+    indexed = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    conn.execute("VACUUM ANALYZE aidb_memory.memory")
+    analyzed = time.perf_counter() - t2
+    size = conn.execute(
+        "SELECT pg_relation_size('aidb_memory.memory'), "
+        "pg_total_relation_size('aidb_memory.memory')"
+    ).fetchone()
+    assert size is not None
+    again = dict(
+        conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'aidb_memory' "
+            "AND tablename = 'memory' AND indexname = ANY (%s)",
+            (list(MEMORY_INDEXES),),
+        ).fetchall()
+    )
+    check(again == defs, "(e) the memory indexes were created again exactly as defined")
+    gen = {
+        "total": total,
+        "of_actor": per_actor,
+        "other_actors": 9 * groups,
+        "insert_s": round(inserted, 1),
+        "indexes_s": round(indexed, 1),
+        "vacuum_analyze_s": round(analyzed, 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "table_mb": round(size[0] / 2**20),
+        "table_and_indexes_mb": round(size[1] / 2**20),
+    }
+    say(
+        f"  {total:,} memories ({per_actor:,} of '{ACTOR}', {9 * groups:,} other actors with "
+        f"{OTHER_ACTOR_MEMORIES} each): inserted in {inserted:.1f} s, indexes {indexed:.1f} s, "
+        f"VACUUM ANALYZE {analyzed:.1f} s; {gen['table_and_indexes_mb']} MB with indexes"
+    )
+    return gen
 
 
 class VerifyError(RuntimeError):
@@ -420,6 +689,96 @@ def verify(conn: psycopg.Connection[Any], big_turns: int) -> dict[str, Any]:
     return shape
 
 
+def verify_memories(conn: psycopg.Connection[Any], total: int) -> list[dict[str, Any]]:
+    """(e): the rows are what the generator says, and both paths answer every query."""
+    per_actor, others = memory_shape(total)
+    counts = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE actor_id = %s), count(DISTINCT actor_id), "
+        "bool_and(valid_to IS NULL AND embedding IS NULL) FROM aidb_memory.memory",
+        (ACTOR,),
+    ).fetchone()
+    check(
+        counts == (total, per_actor, others + 1, True),
+        f"(e) {total:,} current memories without embeddings, {per_actor:,} of them '{ACTOR}''s, "
+        f"{others:,} other actors",
+    )
+    stored = [
+        r[0]
+        for r in conn.execute(
+            "SELECT content FROM aidb_memory.memory WHERE actor_id = %s ORDER BY created_at",
+            (ACTOR,),
+        )
+    ]
+    check(
+        stored == [memory_content(k, per_actor) for k in range(per_actor)],
+        f"(e) '{ACTOR}''s {per_actor:,} memories are the generator's sentences, all different",
+    )
+    found = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)).fetchone()
+    assert found is not None
+    queries = []
+    for q, right in SEARCH_QUERIES:
+        ours = conn.execute(SEARCH, (NS, ACTOR, q), prepare=True).fetchall()
+        ref = conn.execute(
+            SEARCH_REF, {"ns": found[0], "actor": ACTOR, "q": q}, prepare=True
+        ).fetchall()
+        mine = conn.execute(
+            "SELECT count(*) FROM aidb_memory.memory WHERE public_id = ANY (%s::uuid[]) "
+            "AND actor_id = %s AND valid_to IS NULL",
+            ([str(r[0]) for r in ours], ACTOR),
+        ).fetchone()
+        check(
+            len(ours) == 10 and mine == (10,),
+            f"(e) {q!r}: search returns 10 of '{ACTOR}''s current memories",
+        )
+        if right is None:
+            top_matches = conn.execute(
+                "SELECT tsv @@ websearch_to_tsquery('simple', %s) FROM aidb_memory.memory "
+                "WHERE public_id = %s::uuid",
+                (q, str(ours[0][0])),
+            ).fetchone()
+            check(
+                len(ref) > 0 and top_matches == (True,),
+                f"    the reference finds {len(ref)}, and search's best hit matches the full-text "
+                "query too",
+            )
+        else:
+            check(
+                len(ref) == 0 and right in ours[0][1],
+                f"    misspelled: the reference finds nothing, search's best hit has {right!r}",
+            )
+        queries.append(
+            {
+                "query": q,
+                "misspelled": right is not None,
+                "ours_rows": len(ours),
+                "reference_rows": len(ref),
+                "in_both": len({r[0] for r in ours} & {r[0] for r in ref}),
+                "ours_best": ours[0][1],
+            }
+        )
+    return queries
+
+
+class QueryCycle:
+    """A path of (e): one query per operation, the queries in turn; once ``recording``, the
+    latency of each operation is also kept per query."""
+
+    def __init__(self, conn: psycopg.Connection[Any], sql: str, params: list[Any]) -> None:
+        self.conn, self.sql, self.params = conn, sql, params
+        self.i = 0
+        self.recording = False
+        self.by_query: list[list[int]] = [[] for _ in params]
+
+    def __call__(self) -> Any:
+        k = self.i % len(self.params)
+        self.i += 1
+        t0 = time.perf_counter_ns()
+        rows = self.conn.execute(self.sql, self.params[k], prepare=True).fetchall()
+        if self.recording:
+            self.by_query[k].append(time.perf_counter_ns() - t0)
+        return rows
+
+
 # --- the peer -----------------------------------------------------------------------------------
 
 
@@ -506,10 +865,28 @@ COMPARISONS = [
         ">=",
         2.0,
     ),
+    Comparison(
+        "e",
+        "(e) search(limit => 10) over one actor's memories vs a plain full-text query on the same "
+        "rows",
+        "mean latency aidb_memory.search (full text + trigram, fused) / the reference (tsv @@ "
+        "websearch_to_tsquery, ORDER BY ts_rank_cd LIMIT 10), the same 10 queries in turn",
+        "e_search",
+        "e_ref",
+        "latency",
+        "<=",
+        3.0,
+    ),
 ]
 INFO = [
     ("c_ref", "b_ref", "latency", "reference on 100,000 turns / on 1,000 turns (mean latency)"),
     ("d_ours_sync", "d_peer", "throughput", "ours in a sync psycopg loop / SQLAlchemySession"),
+    (
+        "e_search",
+        "e_ref_custom",
+        "latency",
+        "search / the reference with custom plans (plan_cache_mode = force_custom_plan)",
+    ),
 ]
 
 
@@ -569,6 +946,13 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=10, help="operations per turn of a path")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per path")
     ap.add_argument("--big-turns", type=int, default=100_000, help="turns of session (c)")
+    ap.add_argument(
+        "--memories",
+        type=int,
+        default=None,
+        help="memories of (e), a tenth of them the searched actor's (default 1,000,000; "
+        "200,000 with --quick)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 0.3 s")
     ap.add_argument("--out", type=Path, default=HERE / "results", help="where the JSON goes")
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
@@ -577,6 +961,18 @@ def main() -> int:
         args.rounds, args.slice, args.warmup = 2, 0.3, 0.2
     if args.big_turns < 2000 or args.big_turns % 1000:
         ap.error("--big-turns must be a multiple of 1,000, at least 2,000")
+    if args.memories is None:
+        args.memories = 200_000 if args.quick else 1_000_000
+    per_actor = args.memories // 10
+    if (
+        args.memories < 10_000
+        or args.memories % 10_000
+        or per_actor > MEMORY_MAX_PER_ACTOR
+        or math.gcd(per_actor, MEMORY_MULT) != 1
+    ):
+        ap.error(
+            f"--memories must be a multiple of 10,000, from 10,000 to {10 * MEMORY_MAX_PER_ACTOR:,}"
+        )
 
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
@@ -708,22 +1104,52 @@ def main() -> int:
             }
             groups = [["a_add", "a_ref"], ["b_get", "b_ref", "c_get", "c_ref"]]
             groups.append(["d_peer", "d_ours", "d_ours_sync"])
+            measure(runner, paths, groups, args)
 
-            say(f"bench: warming up each path ({args.warmup} s)")
-            for names in groups:
-                group = [paths[n] for n in names]
-                runner.run(run_group(group, args.warmup, args.burst, record=False))
-            per_round = sum(len(g) for g in groups) * args.slice
-            say(
-                f"bench: {args.rounds} rounds of {args.slice} s per path, the paths of each "
-                f"comparison interleaved {args.burst} operations at a time "
-                f"(~{per_round * args.rounds:.0f} s)"
+            # (e) comes after the others: its 1,000,000 rows and their scans would otherwise
+            # push the sessions' pages out of the buffer cache between their rounds.
+            say(f"bench: generating {args.memories:,} memories for (e)")
+            with connect(dsn) as setup:
+                generated = build_memories(setup, args.memories)
+                say("bench: verifying the memories and that both paths of (e) answer every query")
+                answers = verify_memories(setup, args.memories)
+                ns_row = setup.execute(
+                    "SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)
+                ).fetchone()
+                assert ns_row is not None
+                ns_id = ns_row[0]
+            e_ours, e_ref, e_custom = connect(dsn), connect(dsn), connect(dsn)
+            conns += [e_ours, e_ref, e_custom]
+            # The reference again, planned for each query's values (the generic plan a prepared
+            # statement gets after 5 runs estimates an average actor's ~100 rows, not 100,000).
+            e_custom.execute("SET plan_cache_mode = force_custom_plan")
+            e_search = QueryCycle(e_ours, SEARCH, [(NS, ACTOR, q) for q, _ in SEARCH_QUERIES])
+            e_plain = QueryCycle(
+                e_ref,
+                SEARCH_REF,
+                [{"ns": ns_id, "actor": ACTOR, "q": q} for q, _ in SEARCH_QUERIES],
             )
-            for r in range(args.rounds):
-                for names in groups:
-                    group = [paths[n] for n in (names if r % 2 == 0 else reversed(names))]
-                    runner.run(run_group(group, args.slice, args.burst, record=True))
-                say(f"  round {r + 1}/{args.rounds} done")
+            e_plain_custom = QueryCycle(e_custom, SEARCH_REF, e_plain.params)
+            e_paths = [
+                Measured(
+                    "e_search",
+                    f"search, {per_actor // 1000}k of {args.memories // 1000}k memories",
+                    psy,
+                    op=e_search,
+                ),
+                Measured(
+                    "e_ref", f"plain full text, {per_actor // 1000}k memories", psy, op=e_plain
+                ),
+                Measured(
+                    "e_ref_custom",
+                    f"the same, custom plans, {per_actor // 1000}k",
+                    psy,
+                    op=e_plain_custom,
+                ),
+            ]
+            paths.update((p.name, p) for p in e_paths)
+            on = (e_search, e_plain, e_plain_custom)
+            measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
         finally:
             for c in conns:
                 c.close()
@@ -733,7 +1159,22 @@ def main() -> int:
     say("bench: server stopped and removed")
 
     load_after = os.getloadavg()
-    result = report(args, paths, shape, pg_version, started, load_before, load_after)
+    search = {
+        "data": generated,
+        "queries": [
+            {
+                **answer,
+                "ours_mean_ms": round(sum(a) / len(a) / 1e6, 2),
+                "reference_mean_ms": round(sum(b) / len(b) / 1e6, 2),
+                "reference_custom_plan_mean_ms": round(sum(c) / len(c) / 1e6, 2),
+                "ops": [len(a), len(b), len(c)],
+            }
+            for answer, a, b, c in zip(
+                answers, e_search.by_query, e_plain.by_query, e_plain_custom.by_query, strict=True
+            )
+        ],
+    }
+    result = report(args, paths, shape, search, pg_version, started, load_before, load_after)
     result["aidb_memory"] = installed
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -749,6 +1190,7 @@ def report(
     args: argparse.Namespace,
     paths: dict[str, Measured],
     shape: dict[str, Any],
+    search: dict[str, Any],
     pg_version: str,
     started: dt.datetime,
     load_before: tuple[float, float, float],
@@ -811,6 +1253,25 @@ def report(
             }
         )
     print()
+    data = search["data"]
+    print(
+        f"(e) per query: {data['of_actor']:,} memories of one actor among {data['total']:,} "
+        f"(generated in {data['seconds']:.0f} s); mean ms over all rounds"
+    )
+    header = "{:<26} {:>10} {:>8} {:>6} {:>11}  {:>7}  {}".format(
+        "query", "search ms", "ref ms", "ratio", "ref* ms", "ref hits", "search's best hit"
+    )
+    print(header)
+    print("-" * len(header))
+    for q in search["queries"]:
+        print(
+            f"{q['query']:<26} {q['ours_mean_ms']:>10.1f} {q['reference_mean_ms']:>8.1f} "
+            f"{q['ours_mean_ms'] / q['reference_mean_ms']:>6.0f} "
+            f"{q['reference_custom_plan_mean_ms']:>11.1f}  {q['reference_rows']:>7}  "
+            f"{q['ours_best']}"
+        )
+    print("ref*: the reference with custom plans (plan_cache_mode = force_custom_plan)")
+    print()
     print(
         f"load average 1 min: {load_before[0]:.2f} before, {load_after[0]:.2f} after "
         f"({os.cpu_count()} cores; other work on the machine makes absolute numbers noisy, "
@@ -840,9 +1301,11 @@ def report(
             "warmup_s": args.warmup,
             "big_turns": args.big_turns,
             "budget_chars": 8000,
+            "memories": args.memories,
             "server": "ThrowawayServer: fsync=off, synchronous_commit=off, full_page_writes=off",
         },
         "reads": shape,
+        "search": search,
         "paths": st,
         "comparisons": comps,
         "info": info,

@@ -1,22 +1,27 @@
 -- Long-term memory (SPEC §5): facts distilled from events, their history, and what the queue of
 -- events needs to be worked by several workers with leases, retries and backoff.
 
--- pg_trgm (postgresql-contrib) in pg_catalog, so that functions with the fixed search_path
--- (pg_catalog, pg_temp) find its operators. Installed elsewhere already: say how to move it.
--- Created here: recorded, so that uninstall drops it again (like plpython3u).
+-- pg_trgm and btree_gin (postgresql-contrib) in pg_catalog, so that functions with the fixed
+-- search_path (pg_catalog, pg_temp) find their operators; btree_gin lets one GIN index hold the
+-- namespace and actor beside the words, so a search reads only that actor's entries. Installed
+-- elsewhere already: say how to move it. Created here: recorded, so that uninstall drops it.
 DO $$
 DECLARE
-    placed text := (SELECT e.extnamespace::regnamespace::text FROM pg_catalog.pg_extension e
-                    WHERE e.extname = 'pg_trgm');
+    ext text;
+    placed text;
 BEGIN
-    IF placed IS NULL THEN
-        CREATE EXTENSION pg_trgm WITH SCHEMA pg_catalog;
-        INSERT INTO aidb_memory.runtime_settings (key, value)
-        VALUES ('created_pg_trgm', 'true') ON CONFLICT (key) DO NOTHING;
-    ELSIF placed <> 'pg_catalog' THEN
-        RAISE EXCEPTION 'aidb_memory needs the pg_trgm extension in schema pg_catalog; it is in %',
-            placed USING HINT = 'ALTER EXTENSION pg_trgm SET SCHEMA pg_catalog';
-    END IF;
+    FOREACH ext IN ARRAY ARRAY['pg_trgm', 'btree_gin'] LOOP
+        placed := (SELECT e.extnamespace::regnamespace::text FROM pg_catalog.pg_extension e
+                   WHERE e.extname = ext);
+        IF placed IS NULL THEN
+            EXECUTE format('CREATE EXTENSION %I WITH SCHEMA pg_catalog', ext);
+            INSERT INTO aidb_memory.runtime_settings (key, value)
+            VALUES ('created_' || ext, 'true') ON CONFLICT (key) DO NOTHING;
+        ELSIF placed <> 'pg_catalog' THEN
+            RAISE EXCEPTION 'aidb_memory needs the % extension in schema pg_catalog; it is in %',
+                ext, placed USING HINT = format('ALTER EXTENSION %I SET SCHEMA pg_catalog', ext);
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -49,10 +54,24 @@ CREATE TABLE aidb_memory.memory (
 CREATE UNIQUE INDEX memory_current_hash_idx
     ON aidb_memory.memory (namespace_id, actor_id, content_hash) WHERE valid_to IS NULL;
 CREATE INDEX memory_actor_idx ON aidb_memory.memory (namespace_id, actor_id, created_at);
-CREATE INDEX memory_tsv_idx ON aidb_memory.memory USING gin (tsv);
-CREATE INDEX memory_trgm_idx ON aidb_memory.memory USING gin (content pg_catalog.gin_trgm_ops);
+-- Search reads one actor's current memories: the GIN indexes lead with the namespace and actor.
+CREATE INDEX memory_tsv_idx ON aidb_memory.memory USING gin (namespace_id, actor_id, tsv)
+    WHERE valid_to IS NULL;
+
 CREATE INDEX memory_event_idx ON aidb_memory.memory (source_event);
 CREATE INDEX memory_superseded_idx ON aidb_memory.memory (superseded_by);
+
+-- The words of each actor's memories (the lexemes of memory.tsv), kept by triggers (sql/): where
+-- search looks for the words nearest a misspelled one, by trigram similarity, before a full-text
+-- query with them. Trigrams over a vocabulary stay cheap however many memories use its words.
+CREATE TABLE aidb_memory.memory_word (
+    namespace_id bigint NOT NULL REFERENCES aidb_memory.namespace (id) ON DELETE CASCADE,
+    actor_id     text NOT NULL,
+    word         text NOT NULL,
+    PRIMARY KEY (namespace_id, actor_id, word)
+);
+CREATE INDEX memory_word_trgm_idx ON aidb_memory.memory_word
+    USING gin (namespace_id, actor_id, word pg_catalog.gin_trgm_ops);
 
 -- Every change to a memory, with the event that caused it (NULL for an API call).
 CREATE TABLE aidb_memory.memory_history (

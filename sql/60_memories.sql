@@ -1,8 +1,9 @@
 -- Long-term memory (SPEC §5): search, list and erase the facts extraction keeps about an actor;
 -- namespace_drop (SPEC §2) erases a whole namespace.
 
--- The trigram signal uses `query <% content` (word_similarity above the threshold), which the
--- trigram index answers; the threshold is pinned here for the call, whatever the session set.
+-- The fuzzy signal looks up the words nearest each query word by `%` (similarity above
+-- pg_trgm.similarity_threshold), which the trigram index of memory_word answers; the threshold is
+-- pinned here for the call, whatever the session set.
 CREATE OR REPLACE FUNCTION aidb_memory.search(
     namespace text,
     actor_id text,
@@ -21,11 +22,12 @@ RETURNS TABLE (
 )
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET pg_trgm.word_similarity_threshold = 0.3
+SET pg_trgm.similarity_threshold = 0.3
 AS $py$ memories.search $py$;
 COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
 'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
-'of full-text search, trigram word similarity (finds misspelled words) and, when the namespace '
+'of full-text search, a full-text search with the actor''s words nearest each misspelled one '
+'(trigram similarity) and, when the namespace '
 'has an embedding model and the memories were embedded with it, cosine similarity. score is in '
 '[0, 1] (1: first in every signal). Never superseded, deleted or another actor''s memories. '
 'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
@@ -98,3 +100,48 @@ COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 'history); returns the counts. Audited with the namespace name, counts and reason. pg_agents, '
 'which the installation creates, is refused (55000). Errors: 22004, 22023 empty reason, 42704 '
 'unknown namespace, 55000.';
+
+-- The vocabulary of memory_word follows the memories: statement triggers, so that a bulk insert
+-- or erasure costs one statement each.
+CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO aidb_memory.memory_word (namespace_id, actor_id, word)
+    SELECT DISTINCT a.namespace_id, a.actor_id, w.word
+    FROM added AS a, unnest(tsvector_to_array(a.tsv)) AS w(word)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.memory_words_added() IS
+'Trigger (internal): adds the words of new memories to their actor''s vocabulary (memory_word).';
+
+CREATE OR REPLACE FUNCTION aidb_memory.memory_words_removed()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.
+    DELETE FROM aidb_memory.memory_word AS v
+    USING (SELECT DISTINCT r.namespace_id, r.actor_id, w.word
+           FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)) AS g
+    WHERE v.namespace_id = g.namespace_id AND v.actor_id = g.actor_id AND v.word = g.word
+      AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
+                      WHERE m.namespace_id = v.namespace_id AND m.actor_id = v.actor_id
+                        AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.memory_words_removed() IS
+'Trigger (internal): removes from memory_word the words no remaining memory of the actor uses.';
+
+CREATE OR REPLACE TRIGGER memory_words_added AFTER INSERT ON aidb_memory.memory
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+    EXECUTE FUNCTION aidb_memory.memory_words_added();
+CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE ON aidb_memory.memory
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
+    EXECUTE FUNCTION aidb_memory.memory_words_removed();

@@ -57,3 +57,33 @@ def fuse(
     order = sorted(fused.items(), key=lambda pair: -pair[1])  # stable: first seen wins a tie
     pairs = [(item, normalize(score, signals, k)) for item, score in order]
     return pairs if limit is None else pairs[:limit]
+
+
+def _lexeme(word: str) -> str:
+    """``word`` as a quoted tsquery operand: nothing in it is read as an operator."""
+    return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fuzzy_tsquery(words: Sequence[tuple[str, bool, Sequence[str]]]) -> str | None:
+    """The fuzzy signal's query (to_tsquery syntax) from (word, known, nearest words) triples:
+    known words as they are, each unknown one as the OR of its nearest words, dropped when it has
+    none; all ANDed. None when no word was unknown or nothing is left."""
+    if all(known for _, known, _ in words):
+        return None
+    terms: list[str] = []
+    for word, known, near in words:
+        if known:
+            terms.append(_lexeme(word))
+        elif near:
+            terms.append("(" + " | ".join(_lexeme(n) for n in near) + ")")
+    return " & ".join(terms) if terms else None
+
+
+def any_tsquery(words: Sequence[tuple[str, bool, Sequence[str]]]) -> str | None:
+    """The any-word signal's query: every known word and every word nearest an unknown one, ORed.
+    None when that is fewer than two words (then it is no wider than the others)."""
+    terms: list[str] = []
+    for word, known, near in words:
+        terms.extend([word] if known else near)
+    unique = list(dict.fromkeys(terms))
+    return " | ".join(_lexeme(t) for t in unique) if len(unique) > 1 else None

@@ -86,9 +86,9 @@ GROUP BY w.embedding_model
 """
 
 # $1 namespace, $2 actor, $3 query, $4 limit, $5 session_id, $6 agent_id, $7 query embedding
-# (NULL: no vector signal), $8 embedding model, $9 best possible fused score, $10 k,
-# $11 candidates per signal, $12 vector window, $13 minimum cosine. The trigram threshold
-# (pg_trgm.word_similarity_threshold, for <%) is set on the SQL function.
+# (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
+# $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
+# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words).
 _SEARCH = """
 WITH fts AS (
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
@@ -101,15 +101,16 @@ WITH fts AS (
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
-), trgm AS (
-    SELECT c.id, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
+), fuzzy AS (
+    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, word_similarity($3, m.content) AS sim
+        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $14)) AS rank
         FROM aidb_memory.memory m
-        WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+        WHERE $14::text IS NOT NULL
+          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND $3 <% m.content
-        ORDER BY sim DESC, m.id DESC
+          AND m.tsv @@ to_tsquery('simple', $14)
+        ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
 ), vec AS (
@@ -132,21 +133,46 @@ WITH fts AS (
         LIMIT $11
     ) c
     WHERE c.sim > $13
+), recall AS (
+    SELECT $15::text IS NOT NULL
+           AND (SELECT count(*) FROM (SELECT id FROM fts UNION SELECT id FROM fuzzy) u) < $4
+           AS needed
+), anyword AS (
+    -- Memories with any of the words (those given, or nearest the misspelled ones): recall for a
+    -- query whose words no memory has all of. Only when the precise signals found too few.
+    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+    FROM (
+        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $15)) AS rank
+        FROM aidb_memory.memory m
+        WHERE (SELECT needed FROM recall)
+          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+          AND m.tsv @@ to_tsquery('simple', $15)
+        ORDER BY rank DESC, m.id DESC
+        LIMIT $11
+    ) c
 ), fused AS (
     SELECT s.id, sum(1.0::float8 / ($10 + s.r)) AS total
-    FROM (SELECT * FROM fts UNION ALL SELECT * FROM trgm UNION ALL SELECT * FROM vec) s
+    FROM (SELECT * FROM fts UNION ALL SELECT * FROM fuzzy UNION ALL SELECT * FROM vec
+          UNION ALL SELECT * FROM anyword) s
     GROUP BY s.id
+), attempted AS (
+    -- The signals that ran: full text always, the others when given ($9 counts them), and the
+    -- any-word signal when it ran (the precise ones found fewer than limit memories).
+    SELECT $9 + (EXISTS (SELECT 1 FROM recall WHERE recall.needed))::int AS n
 )
-SELECT m.public_id::text AS id, m.content, least(1.0, f.total / $9)::real AS score,
+SELECT m.public_id::text AS id, m.content,
+       least(1.0, f.total / (a.n * (1.0::float8 / ($10 + 1))))::real AS score,
        m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
 FROM fused f
+CROSS JOIN attempted a
 JOIN aidb_memory.memory m ON m.id = f.id
 ORDER BY f.total DESC, m.created_at DESC, m.id DESC
 LIMIT $4
 """
 _SEARCH_TYPES = (
     *("bigint", "text", "text", "int", "text", "text", "real[]", "text"),
-    *("float8", "int", "int", "int", "float8"),
+    *("int", "int", "int", "int", "float8", "text", "text"),
 )
 
 
@@ -191,6 +217,41 @@ def _query_embedding(
     return vectors[0], model_name
 
 
+# Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
+# not, the actor's words nearest it by trigram similarity (above pg_trgm.similarity_threshold,
+# pinned on the SQL function).
+_NEAR_WORDS = """
+SELECT q.word, q.known,
+       coalesce(array_agg(n.word ORDER BY n.sim DESC, n.word) FILTER (WHERE n.word IS NOT NULL),
+                '{}') AS near
+FROM (
+    SELECT u.word,
+           EXISTS (SELECT 1 FROM aidb_memory.memory_word e
+                   WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.word = u.word) AS known
+    FROM unnest(tsvector_to_array(to_tsvector('simple', $3))) AS u(word)
+) q
+LEFT JOIN LATERAL (
+    SELECT v.word, similarity(v.word, q.word) AS sim
+    FROM aidb_memory.memory_word v
+    WHERE NOT q.known AND v.namespace_id = $1 AND v.actor_id = $2 AND v.word % q.word
+    ORDER BY sim DESC, v.word
+    LIMIT $4
+) n ON true
+GROUP BY q.word, q.known
+ORDER BY q.word
+"""
+NEAR_WORDS = 3
+
+
+def _word_queries(namespace_id: int, actor: str, query: str) -> tuple[str | None, str | None]:
+    """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery)."""
+    rows = db.execute(
+        _NEAR_WORDS, ("bigint", "text", "text", "int"), (namespace_id, actor, query, NEAR_WORDS)
+    )
+    words = [(r["word"], bool(r["known"]), list(r["near"])) for r in rows]
+    return fusion.fuzzy_tsquery(words), fusion.any_tsquery(words)
+
+
 def search(
     namespace_name: str | None,
     actor_id: str | None,
@@ -211,13 +272,14 @@ def search(
     if len(query) > ns.config["max_turn_chars"]:
         raise invalid(fn, "query", f"is longer than {ns.config['max_turn_chars']} characters")
     vector, model_name = _query_embedding(fn, ns, actor, query)
-    signals = 3 if vector is not None else 2
+    fuzzy, any_word = _word_queries(ns.id, actor, query)
+    signals = 1 + (vector is not None) + (fuzzy is not None)
     rows = db.execute(
         _SEARCH,
         _SEARCH_TYPES,
         (
             *(ns.id, actor, query, n, sid, agent, vector, model_name),
-            *(fusion.best(signals), fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE),
+            *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
         ),
     )
     return [dict(r) for r in rows]

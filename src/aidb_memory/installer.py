@@ -196,7 +196,11 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
         conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
         state = read_state(conn)
         created_plpython = state.settings.get("created_plpython3u") == "true"
-        created_trgm = state.settings.get("created_pg_trgm") == "true"
+        created_extensions = [
+            name
+            for name in ("btree_gin", "pg_trgm")
+            if state.settings.get(f"created_{name}") == "true"
+        ]
         schema = conn.execute(
             "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (SCHEMA,)
         ).fetchone()
@@ -205,8 +209,8 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
             say(f"dropped schema {SCHEMA} and everything in it")
         else:
             say(f"schema {SCHEMA} does not exist in this database")
-        if created_trgm:
-            _drop_if_unused(conn, say, "EXTENSION", "pg_trgm")
+        for name in created_extensions:
+            _drop_if_unused(conn, say, "EXTENSION", name)
         if created_plpython:
             _drop_if_unused(conn, say, "EXTENSION", "plpython3u")
         for role in ROLES:
