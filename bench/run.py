@@ -270,7 +270,7 @@ def _memory_content_sql() -> str:
 MEMORY_CONTENT_SQL = _memory_content_sql()
 
 # The queries of (e), a few words each as a user would type them; the misspelled ones name the
-# word the data spells right, which search's best hit must contain (the trigram signal finds it;
+# word the data spells right, which search's best hit must contain (the near-words signal finds it;
 # plain full text finds nothing).
 SEARCH_QUERIES: list[tuple[str, str | None]] = [
     ("sister lives in Lisbon", None),
@@ -483,9 +483,9 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
     """(e): ``total`` memories in namespace NS, every tenth one ACTOR's (so ACTOR's are spread over
     the whole table, as a long-lived actor's would be), the others spread over many actors with
     OTHER_ACTOR_MEMORIES each; generated in SQL as the superuser, without embeddings (the
-    namespace has no embedding model: search fuses full text and trigrams). The secondary indexes
+    namespace has no embedding model: search fuses full text and near words). The secondary indexes
     are dropped for the load and created again from their own definitions, which is much faster
-    than maintaining a trigram index row by row."""
+    than maintaining the GIN index row by row."""
     per_actor, _ = memory_shape(total)
     groups = per_actor // OTHER_ACTOR_MEMORIES
     found = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)).fetchone()
@@ -869,7 +869,7 @@ COMPARISONS = [
         "e",
         "(e) search(limit => 10) over one actor's memories vs a plain full-text query on the same "
         "rows",
-        "mean latency aidb_memory.search (full text + trigram, fused) / the reference (tsv @@ "
+        "mean latency aidb_memory.search (full text + near words, fused) / the reference (tsv @@ "
         "websearch_to_tsquery, ORDER BY ts_rank_cd LIMIT 10), the same 10 queries in turn",
         "e_search",
         "e_ref",
