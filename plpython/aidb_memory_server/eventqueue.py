@@ -17,8 +17,8 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extraction, llm, reconciliation, validation
-from aidb_memory_server.errors import invalid
+from aidb_memory_server import db, extraction, llm, reconciliation, sessions, validation
+from aidb_memory_server.errors import invalid, required
 
 QUERY_CANCELED = "57014"
 BACKOFF_MAX_S = 3600.0
@@ -97,15 +97,21 @@ def backoff_s(attempts: int, base_s: float) -> float:
     return float(min(BACKOFF_MAX_S, base_s * (2 ** max(0, attempts - 1))))
 
 
-def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float | None) -> str:
-    """Work one claimed event: 'processed', 'skipped', 'retry', 'failed', or 'lost' (another
-    worker holds it)."""
+def _retry_policy(max_attempts: int | None, base_backoff_s: float | None) -> tuple[int, float]:
+    """process_events' max_attempts and backoff_s, defaulted and checked (22023)."""
     limit = 5 if max_attempts is None else max_attempts
     if not 1 <= limit <= 100:
         raise invalid("process_events", "max_attempts", "must be between 1 and 100")
     base = 10.0 if base_backoff_s is None else float(base_backoff_s)
     if not 0 <= base <= BACKOFF_MAX_S:
         raise invalid("process_events", "backoff_s", f"must be between 0 and {BACKOFF_MAX_S:g}")
+    return limit, base
+
+
+def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float | None) -> str:
+    """Work one claimed event: 'processed', 'skipped', 'retry', 'failed', or 'lost' (another
+    worker holds it)."""
+    limit, base = _retry_policy(max_attempts, base_backoff_s)
     rows = db.execute(_EVENT, ("bigint",), (event_id,))
     if not rows.nrows():
         return "lost"
@@ -215,11 +221,10 @@ def event_error(
     event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
 ) -> str:
     """Record an attempt that ended in an unexpected error (a bug, caught by the procedure)."""
+    limit, base = _retry_policy(max_attempts, base_backoff_s)
     rows = db.execute(_EVENT, ("bigint",), (event_id,))
     if not rows.nrows():
         return "lost"
-    limit = 5 if max_attempts is None else max_attempts
-    base = 10.0 if base_backoff_s is None else float(base_backoff_s)
     return _fail(rows[0], limit, base, f"internal error: {error}")
 
 
@@ -238,13 +243,9 @@ WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.public_id = $3
 
 def status(namespace_name: str | None, actor_id: str | None, event_id: str | None) -> str | None:
     """The event's status and what it produced (NULL for an unknown event or another actor's)."""
-    from aidb_memory_server import sessions
-
     fn = "status"
     ns, actor = sessions.namespace(fn, namespace_name, actor_id, writing=False)
     if event_id is None:
-        from aidb_memory_server.errors import required
-
         raise required(fn, "event_id")
     rows = db.execute(_STATUS, ("bigint", "text", "uuid"), (ns.id, actor, event_id))
     if not rows.nrows():
