@@ -30,6 +30,10 @@ TEMPLATE = "aidb_template"
 APP_USER = "app_user"
 ADMIN_USER = "admin_user"
 WORKER_USER = "worker_user"
+# The attackers of tests/security/ (cluster-wide, created once per run by ``attack_roles``).
+NO_GRANT_USER = "nogrant_user"  # may connect, member of nothing
+OWNER_USER = "dbowner_user"  # owns the databases of ``owned_db``; not a superuser
+CREATEROLE_USER = "createrole_user"  # CREATEROLE, member of nothing
 _counter = itertools.count()
 
 
@@ -140,6 +144,52 @@ def _drop_database(db: Database) -> None:
 def db(pg_server: ThrowawayServer, template_db: Database) -> Iterator[Database]:
     """A fresh database with aidb_memory installed (a clone of the template)."""
     database = _create_database(pg_server, template_db.name)
+    try:
+        yield database
+    finally:
+        _drop_database(database)
+
+
+@pytest.fixture(scope="session")
+def attack_roles(template_db: Database) -> dict[str, str]:
+    """The roles an attacker may have, besides app_user, admin_user and worker_user."""
+    with psycopg.connect(template_db.server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {NO_GRANT_USER} LOGIN")
+        admin.execute(f"CREATE ROLE {OWNER_USER} LOGIN")
+        admin.execute(f"CREATE ROLE {CREATEROLE_USER} LOGIN CREATEROLE")
+    return {"no_grant": NO_GRANT_USER, "owner": OWNER_USER, "createrole": CREATEROLE_USER}
+
+
+@pytest.fixture
+def owned_db(
+    pg_server: ThrowawayServer, template_db: Database, attack_roles: dict[str, str]
+) -> Iterator[Database]:
+    """Like ``db`` (aidb_memory installed), but owned by a role that is not a superuser, which
+    therefore owns schema public too (PostgreSQL 15: pg_database_owner)."""
+    name = f"t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE {name} OWNER {OWNER_USER} TEMPLATE {template_db.name} "
+            "STRATEGY FILE_COPY"
+        )
+    database = Database(pg_server, name)
+    try:
+        yield database
+    finally:
+        _drop_database(database)
+
+
+@pytest.fixture
+def owned_empty_db(
+    pg_server: ThrowawayServer, template_db: Database, attack_roles: dict[str, str]
+) -> Iterator[Database]:
+    """A database with nothing of ours in it, owned by a role that is not a superuser."""
+    name = f"t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE {name} OWNER {OWNER_USER} TEMPLATE template0 STRATEGY FILE_COPY"
+        )
+    database = Database(pg_server, name)
     try:
         yield database
     finally:
