@@ -1,9 +1,17 @@
 -- Functions about the installation itself.
+--
+-- Every SECURITY DEFINER function of sql/ fixes its search_path (names resolve to pg_catalog and
+-- our schema only) and turns the debug_print_* settings off for its own execution: any session
+-- may turn them on, and they would print our statements' plans, with other actors' data as
+-- constants, to that session. The lint in src/aidb_memory/codebundle.py enforces both.
 
 CREATE OR REPLACE FUNCTION aidb_memory.version()
 RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
     SELECT value FROM aidb_memory.runtime_settings WHERE key = 'version'
 $$;
@@ -14,6 +22,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.runtime_info()
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ introspection.runtime_info $py$;
 COMMENT ON FUNCTION aidb_memory.runtime_info() IS
 'Admin: the code generation loaded in this connection, the server''s Python version and the '
@@ -23,6 +34,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.catalog_fingerprint()
 RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
     -- What `aidb-memory verify` compares with the value recorded at install: every function's
     -- definition and privileges, every view's definition and every relation's privileges.

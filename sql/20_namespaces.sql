@@ -8,6 +8,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.init(
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ namespaces.init $py$;
 COMMENT ON FUNCTION aidb_memory.init(text, jsonb, jsonb) IS
 'Admin: create namespace `name` and return its id. Calling it again with an existing name returns '
@@ -31,6 +34,9 @@ RETURNS TABLE (
 )
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ namespaces.namespace_update $py$;
 COMMENT ON FUNCTION aidb_memory.namespace_update(text, jsonb, jsonb, text) IS
 'Admin: change a namespace. model_spec and config are merged into the current values (a key set '

@@ -9,6 +9,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_start(
 RETURNS TABLE (session_id text, started_at timestamptz, closed_at timestamptz, prev_handoff jsonb)
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_start $py$;
 COMMENT ON FUNCTION aidb_memory.session_start(text, text, text, text) IS
 'Open a conversation, or resume one: returns the stored row. agent_id has no default (pass NULL). '
@@ -27,6 +30,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.add(
 RETURNS uuid
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.add $py$;
 COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
 'Store a batch of turns, all or none, and record an event for long-term memory; returns the event '
@@ -62,6 +68,9 @@ CREATE FUNCTION aidb_memory.session_read_plan(
 -- meanwhile, and the window would return their call without them.
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_read_plan $py$;
 COMMENT ON FUNCTION aidb_memory.session_read_plan(text, text, text, integer, text, integer, text) IS
 'Internal (called by session_history): validates a read and returns the bounds, in '
@@ -80,6 +89,9 @@ RETURNS text[]
 -- see what it wrote.
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ compactor.session_compact $py$;
 COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text) IS
 'Internal (called by session_history on an over-budget read): summarizes the oldest three '
@@ -99,6 +111,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_history(
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -187,6 +202,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_get(
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_get');
@@ -210,6 +228,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_messages(
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
 BEGIN
     RETURN (SELECT coalesce(jsonb_agg(
@@ -245,6 +266,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_end(
 RETURNS TABLE (handoff jsonb, closed_at timestamptz)
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_end $py$;
 COMMENT ON FUNCTION aidb_memory.session_end(text, text, text, text) IS
 'Close a session and store its handoff (no model call): notes, session and agent ids, times, turn '
@@ -255,6 +279,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_pop(namespace text, actor_id text
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_pop $py$;
 COMMENT ON FUNCTION aidb_memory.session_pop(text, text, text) IS
 'Undo: remove and return the newest turn (NULL when the session is empty); a summary covering it '
@@ -279,6 +306,9 @@ RETURNS TABLE (
 )
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_list $py$;
 COMMENT ON FUNCTION aidb_memory.session_list(text, text, text, boolean, integer) IS
 'An actor''s sessions, most recently active first: index rows, never transcripts. agent_id filters; '
@@ -293,6 +323,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_delete(
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ sessions.session_delete $py$;
 COMMENT ON FUNCTION aidb_memory.session_delete(text, text, text, text) IS
 'Delete a session with its turns and summaries; returns the number of turns removed. The reason is '

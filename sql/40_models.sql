@@ -8,6 +8,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.create_model(
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ models.create_model $py$;
 COMMENT ON FUNCTION aidb_memory.create_model(text, text, jsonb) IS
 'Admin: register model `name` and return its id; an existing name keeps its id and gets the new '
@@ -20,6 +23,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.drop_model(name text)
 RETURNS void
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ models.drop_model $py$;
 COMMENT ON FUNCTION aidb_memory.drop_model(text) IS
 'Admin: remove model `name`. Errors: 42704 unknown model, 55000 a namespace''s model_spec names '
@@ -29,6 +35,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.set_secret(name text, value text)
 RETURNS void
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ models.set_secret $py$;
 COMMENT ON FUNCTION aidb_memory.set_secret(text, text) IS
 'Admin: store (or replace) the secret `name`, e.g. an API key that a model names in '
@@ -39,6 +48,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.drop_secret(name text)
 RETURNS void
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ models.drop_secret $py$;
 COMMENT ON FUNCTION aidb_memory.drop_secret(text) IS
 'Admin: remove the secret `name`. Errors: 42704 unknown secret, 55000 a model names it in '

@@ -7,6 +7,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.model_check(
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ llm.model_check $py$;
 COMMENT ON FUNCTION aidb_memory.model_check(text, text) IS
 'Admin: call model `name` once with `prompt` and return {"ok", "model", "latency_ms", "reply" '

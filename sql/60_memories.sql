@@ -22,6 +22,9 @@ RETURNS TABLE (
 )
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 SET pg_trgm.similarity_threshold = 0.3
 AS $py$ memories.search $py$;
 COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
@@ -54,6 +57,9 @@ RETURNS TABLE (
 )
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ memories.list_memories $py$;
 COMMENT ON FUNCTION aidb_memory.list_memories(text, text, text, text, integer, boolean) IS
 'The actor''s memories, newest first: current ones, and with include_superseded also those a '
@@ -71,6 +77,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.delete(
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ memories.delete $py$;
 COMMENT ON FUNCTION aidb_memory.delete(text, text, jsonb, text, text, text) IS
 'Delete the actor''s memories that selector names — {"ids": [uuid, ...]}, {"all": true} or '
@@ -83,6 +92,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.forget(namespace text, actor_id text, rea
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ memories.forget $py$;
 COMMENT ON FUNCTION aidb_memory.forget(text, text, text) IS
 'Erase every trace of an actor in a namespace: sessions with their turns, summaries and '
@@ -94,6 +106,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.namespace_drop(name text, reason text)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ memories.namespace_drop $py$;
 COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 'Admin: erase a namespace and everything in it (sessions, turns, summaries, events, memories, '
@@ -107,6 +122,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
 BEGIN
     INSERT INTO aidb_memory.memory_word (namespace_id, actor_id, word)
@@ -123,6 +141,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.memory_words_removed()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $$
 BEGIN
     -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.

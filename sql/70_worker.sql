@@ -4,6 +4,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.event_claim(lease_s integer)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ eventqueue.event_claim $py$;
 COMMENT ON FUNCTION aidb_memory.event_claim(integer) IS
 'Internal (process_events): claims the oldest claimable event (accepted and due, or processing '
@@ -17,6 +20,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.event_process(
 RETURNS text
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ eventqueue.event_process $py$;
 COMMENT ON FUNCTION aidb_memory.event_process(bigint, integer, real) IS
 'Internal (process_events): works one claimed event: the extraction call, then reconciliation '
@@ -32,6 +38,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.event_error(
 RETURNS text
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ eventqueue.event_error $py$;
 COMMENT ON FUNCTION aidb_memory.event_error(bigint, integer, real, text) IS
 'Internal (process_events): records an attempt that ended in an unexpected error, as a retry or, '
@@ -41,6 +50,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.event_remaining()
 RETURNS bigint
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ eventqueue.event_remaining $py$;
 COMMENT ON FUNCTION aidb_memory.event_remaining() IS
 'Events waiting for a worker: accepted (due or not), or processing with a lapsed lease.';
@@ -104,6 +116,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.status(namespace text, actor_id text, eve
 RETURNS jsonb
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
 AS $py$ eventqueue.status $py$;
 COMMENT ON FUNCTION aidb_memory.status(text, text, uuid) IS
 'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error and '

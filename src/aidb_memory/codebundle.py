@@ -68,6 +68,8 @@ _FORBIDDEN_DROPS = {
 }
 
 Parsed = list[tuple[Any, str]]
+# Settings every SECURITY DEFINER function sets to off for its own execution.
+PINNED_OFF = ("debug_print_parse", "debug_print_rewritten", "debug_print_plan")
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,21 @@ def _lint_function(path: Path, stmt: Any, text: str) -> None:
         raise SqlSourceError(
             f"sql/{path.name}: {name} must SET search_path = pg_catalog, pg_temp (SPEC §6)"
         )
+    # debug_print_* are settable by any session and print the plans of our statements, with
+    # other actors' data substituted as constants, to a client that lowered client_min_messages.
+    pinned = {
+        getattr(arg, "name", None): [
+            getattr(getattr(a, "val", None), "sval", None) for a in arg.args or ()
+        ]
+        for n, arg in options
+        if n == "set"
+    }
+    for setting in PINNED_OFF:
+        if pinned.get(setting) != ["off"]:
+            raise SqlSourceError(
+                f"sql/{path.name}: {name} must SET {setting} = off (it would print our plans, "
+                "with their data, to any session that turned it on)"
+            )
 
 
 def _lint_invoker_procedure(path: Path, name: str, options: list[tuple[str, Any]]) -> None:

@@ -22,7 +22,8 @@ from aidb_memory.migrations import SqlSourceError
 from aidb_memory.sources import SourceTree, default_tree
 
 GEN = "0123456789abcdef"
-HEADER = "SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp\n"
+DEBUG_OFF = "SET debug_print_parse = off SET debug_print_rewritten = off SET debug_print_plan = off"
+HEADER = f"SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp\n{DEBUG_OFF}\n"
 GOOD_PY = (
     "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
     f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.init $py$"
@@ -195,15 +196,31 @@ def test_a_function_must_pin_the_search_path(tmp_path: Path, setting: str, langu
     assert "aidb_memory.f must SET search_path = pg_catalog, pg_temp" in message
 
 
+@pytest.mark.parametrize("setting", codebundle.PINNED_OFF)
+@pytest.mark.parametrize("value", [None, "on", "true"])
+def test_security_definer_functions_must_pin_the_debug_print_settings(
+    tmp_path: Path, setting: str, value: str | None
+) -> None:
+    others = " ".join(f"SET {s} = off" for s in codebundle.PINNED_OFF if s != setting)
+    mine = f"SET {setting} = {value}" if value else ""
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.f() RETURNS int LANGUAGE sql\n"
+        f"SECURITY DEFINER SET search_path = pg_catalog, pg_temp {others} {mine}\n"
+        "AS $$ SELECT 1 $$"
+    )
+    message = refused(tmp_path, text)
+    assert f"aidb_memory.f must SET {setting} = off" in message
+
+
 @pytest.mark.parametrize(
     "options",
     [
         HEADER,
-        "security definer set search_path to pg_catalog, pg_temp",
-        "SET search_path = 'pg_catalog', \"pg_temp\" EXTERNAL SECURITY DEFINER",
+        f"security definer set search_path to pg_catalog, pg_temp {DEBUG_OFF.lower()}",
+        f"SET search_path = 'pg_catalog', \"pg_temp\" {DEBUG_OFF} EXTERNAL SECURITY DEFINER",
         # other settings next to the search_path
-        "SECURITY DEFINER SET work_mem = '8MB' SET search_path = pg_catalog, pg_temp",
-        "SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET statement_timeout = 0",
+        f"SECURITY DEFINER SET work_mem = '8MB' SET search_path = pg_catalog, pg_temp {DEBUG_OFF}",
+        f"SECURITY DEFINER {DEBUG_OFF} SET search_path = pg_catalog, pg_temp SET statement_timeout = 0",
     ],
 )
 def test_well_formed_functions_pass(tmp_path: Path, options: str) -> None:
