@@ -83,9 +83,7 @@ def _get(conn: psycopg.Connection[Any], actor: str, limit_chars: int) -> tuple[i
 
 
 def _statuses(db: Database, actor: str) -> list[str]:
-    rows = db.sql(
-        "SELECT status FROM aidb_memory.event WHERE actor_id = %s ORDER BY id", (actor,)
-    )
+    rows = db.sql("SELECT status FROM aidb_memory.event WHERE actor_id = %s ORDER BY id", (actor,))
     return [r[0] for r in rows]
 
 
@@ -207,3 +205,54 @@ def test_a_pop_during_a_compaction_waits_for_it_and_nothing_deadlocks(
     assert popped is not None and popped[0]["seq"] == 20
     assert read["result"] == (15, []), "the compaction was not a deadlock victim"
     assert db.sql("SELECT from_seq, to_seq FROM aidb_memory.summary") == [(1, 15)]
+
+
+def test_a_session_deleted_during_its_compaction_leaves_no_lock_row(
+    db: Database, fake: FakeOpenAI, ns: int
+) -> None:
+    """session_delete does not wait for the compaction (whose lock row it skips); the
+    compaction, finding its session gone, removes the row itself."""
+    with _guarded(db, APP_USER) as app:
+        for i in range(1, 11):
+            _add(app, "alice", _exchange(i))
+        fake.queue(Reply(content="S" * 200, delay=2))
+        read: dict[str, tuple[int, list[str]]] = {}
+
+        def compacting_read() -> None:
+            with _guarded(db, APP_USER) as conn:
+                read["result"] = _get(conn, "alice", 1000)
+
+        thread = threading.Thread(target=compacting_read)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not fake.calls() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fake.calls(), "the compaction is calling the model"
+        deleted = app.execute(
+            "SELECT aidb_memory.session_delete(%s, 'alice', 's', 'test')", (NS,)
+        ).fetchone()
+        thread.join(30)
+        assert not thread.is_alive()
+    assert deleted == (20,)
+    # Its summary had no session left to go to (or, had the deletion not committed yet, met the
+    # foreign key): nothing was stored either way.
+    assert read["result"] in ((0, ["compaction_busy"]), (0, ["compaction_call_failed"]))
+    assert db.sql("SELECT * FROM aidb_memory.compaction_lock") == []
+    assert db.sql("SELECT * FROM aidb_memory.summary") == []
+
+
+def test_namespace_drop_takes_its_lock_rows_with_it(
+    db: Database, fake: FakeOpenAI, ns: int
+) -> None:
+    with _guarded(db, APP_USER) as app:
+        _add(app, "alice", _exchange(1))
+        _add(app, "bob", _exchange(1))
+    _work(db)
+    assert db.sql("SELECT actor_id FROM aidb_memory.actor_lock ORDER BY 1") == [
+        ("alice",),
+        ("bob",),
+    ]
+    assert len(db.sql("SELECT * FROM aidb_memory.compaction_lock")) == 2
+    db.sql("SELECT aidb_memory.namespace_drop(%s, 'test')", (NS,))
+    assert db.sql("SELECT * FROM aidb_memory.actor_lock") == []
+    assert db.sql("SELECT * FROM aidb_memory.compaction_lock") == []
