@@ -42,6 +42,13 @@ _TRY_LOCK = """
 SELECT session_ref FROM aidb_memory.compaction_lock WHERE session_ref = $1
 FOR UPDATE SKIP LOCKED
 """
+# Skipped, or missing: a session that an older release created while 0007_locks was being
+# installed has no row. Inserting it holds it; a row that exists (held by another) is a conflict.
+_CREATE_LOCK = """
+INSERT INTO aidb_memory.compaction_lock (session_ref) VALUES ($1)
+ON CONFLICT (session_ref) DO NOTHING
+RETURNING session_ref
+"""
 _DROP_ORPHAN = """
 DELETE FROM aidb_memory.compaction_lock
 WHERE session_ref = $1 AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1)
@@ -115,7 +122,10 @@ def session_compact(
         model = llm.load("session_get", name)
     except Exception:
         return ["compaction_model_unavailable"]
-    if not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows():
+    if (
+        not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
+        and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
+    ):
         return ["compaction_busy"]
     try:
         warnings = _compact(int(ns["id"]), config, session_ref, limit_chars, target, model)

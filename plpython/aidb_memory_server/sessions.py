@@ -646,6 +646,15 @@ JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
 WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
 FOR UPDATE OF l
 """
+# The session has no lock row (an older release created it while 0007_locks was being
+# installed), or no session: create the row and hold it, or wait for whoever holds it.
+_CREATE_COMPACTION_LOCK = """
+INSERT INTO aidb_memory.compaction_lock (session_ref)
+SELECT s.id FROM aidb_memory.session s
+WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
+ON CONFLICT (session_ref) DO UPDATE SET session_ref = excluded.session_ref
+RETURNING session_ref
+"""
 _DROP_LOCK_ROW = "DELETE FROM aidb_memory.compaction_lock WHERE session_ref = $1"
 _DROP_COVERING = "DELETE FROM aidb_memory.summary WHERE session_ref = $1 AND to_seq >= $2"
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
@@ -703,6 +712,8 @@ def session_pop(
     # First the compaction lock: it waits for a compaction of this session in flight, which must
     # not summarize a popped turn; then the session row.
     held = db.execute(_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
+    if not held.nrows():
+        held = db.execute(_CREATE_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
     rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
     if not rows.nrows():
         if held.nrows():  # deleted while we waited: its deletion skipped the row we held

@@ -256,3 +256,20 @@ def test_namespace_drop_takes_its_lock_rows_with_it(
     db.sql("SELECT aidb_memory.namespace_drop(%s, 'test')", (NS,))
     assert db.sql("SELECT * FROM aidb_memory.actor_lock") == []
     assert db.sql("SELECT * FROM aidb_memory.compaction_lock") == []
+
+
+def test_a_session_without_a_lock_row_gets_one_when_it_needs_it(
+    db: Database, fake: FakeOpenAI, ns: int
+) -> None:
+    """A session that an older release created while 0007_locks was being installed has no
+    lock row: compaction and pop create it rather than never compacting or not excluding."""
+    with _guarded(db, APP_USER) as app:
+        for i in range(1, 11):
+            _add(app, "alice", _exchange(i))
+        db.sql("DELETE FROM aidb_memory.compaction_lock")
+        assert _get(app, "alice", 1000) == (15, [])
+        assert len(db.sql("SELECT * FROM aidb_memory.compaction_lock")) == 1
+        db.sql("DELETE FROM aidb_memory.compaction_lock")
+        popped = app.execute("SELECT aidb_memory.session_pop(%s, 'alice', 's')", (NS,)).fetchone()
+        assert popped is not None and popped[0]["seq"] == 20
+        assert len(db.sql("SELECT * FROM aidb_memory.compaction_lock")) == 1
