@@ -24,9 +24,6 @@ from typing import Any
 
 SHARE_NUM, SHARE_DEN = 3, 4  # the oldest three quarters of the unsummarized chars
 TARGET_DIVISOR = 4  # a summary is at most a quarter of limit_chars
-# The advisory-lock space of compaction: (LOCK_CLASS, hashint8(session ref)), taken by the
-# compacting read (try) and by session_pop (wait).
-LOCK_CLASS = 0x41_44_43_50  # "ADCP"
 
 
 @dataclass(frozen=True)

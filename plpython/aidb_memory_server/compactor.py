@@ -4,12 +4,16 @@
 the read is over budget and a summary could help. It never fails the read and never waits: it
 returns the warning that says why no summary was written, or nothing when one was.
 
-- A per-session advisory try-lock, held to the end of the transaction: a second reader gets
-  ``compaction_busy`` at once and returns the history as it was.
+- The session's compaction lock row (migration 0007_locks), locked ``FOR UPDATE SKIP LOCKED``
+  to the end of the transaction: a second reader gets ``compaction_busy`` at once and returns
+  the history as it was. Only our code can lock that row (no role has any privilege on the
+  table), unlike an advisory lock, whose keys any connected role could hold to keep every read
+  of the session busy.
 - The state is read again under the lock (another backend may have compacted meanwhile).
 - The model is called outside any savepoint, so its usage row stays whatever happens next; the
   summary is written only if the turns it covers are still there as they were read.
-  ``session_pop`` takes the same lock (waiting), so it never removes a turn being summarized.
+  ``session_pop`` takes the same lock (waiting, before it locks the session row, which the
+  summary's foreign key needs), so it never removes a turn being summarized.
 - Every database statement runs in its own subtransaction (PL/Python's), so a database error
   becomes a warning and leaves nothing behind.
 - A cancelled statement is the one failure that is not turned into a warning: it ends the read.
@@ -33,7 +37,22 @@ FROM aidb_memory.namespace n
 JOIN aidb_memory.session s ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 WHERE n.name = $1
 """
-_TRY_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock($1, pg_catalog.hashint8($2)) AS ok"
+# Never waits: a row locked by another compaction (or by a session_pop) is skipped.
+_TRY_LOCK = """
+SELECT session_ref FROM aidb_memory.compaction_lock WHERE session_ref = $1
+FOR UPDATE SKIP LOCKED
+"""
+# Skipped, or missing: a session that an older release created while 0007_locks was being
+# installed has no row. Inserting it holds it; a row that exists (held by another) is a conflict.
+_CREATE_LOCK = """
+INSERT INTO aidb_memory.compaction_lock (session_ref) VALUES ($1)
+ON CONFLICT (session_ref) DO NOTHING
+RETURNING session_ref
+"""
+_DROP_ORPHAN = """
+DELETE FROM aidb_memory.compaction_lock
+WHERE session_ref = $1 AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1)
+"""
 _STATE = """
 SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) > 0 AS open,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
@@ -103,18 +122,36 @@ def session_compact(
         model = llm.load("session_get", name)
     except Exception:
         return ["compaction_model_unavailable"]
-    if not db.execute(_TRY_LOCK, ("int", "bigint"), (compaction.LOCK_CLASS, session_ref))[0]["ok"]:
+    if (
+        not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
+        and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
+    ):
         return ["compaction_busy"]
     try:
-        return _compact(int(ns["id"]), config, session_ref, limit_chars, target, model)
+        warnings = _compact(int(ns["id"]), config, session_ref, limit_chars, target, model)
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise  # a cancel (or statement_timeout) ends the read, as it ends any statement
         _log(e)
-        return ["compaction_call_failed"]
+        warnings = ["compaction_call_failed"]
     except Exception as e:
         _log(e)
-        return ["compaction_call_failed"]
+        warnings = ["compaction_call_failed"]
+    if warnings:
+        _drop_lock_if_deleted(session_ref)
+    return warnings
+
+
+def _drop_lock_if_deleted(session_ref: int) -> None:
+    # A session deleted while we held its lock row kept that row (the deletion skips a locked
+    # one rather than wait for us): it goes now. Never fails the read.
+    try:
+        with plpy.subtransaction():
+            db.execute(_DROP_ORPHAN, ("bigint",), (session_ref,))
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise
+        _log(e)
 
 
 def _log(e: BaseException) -> None:

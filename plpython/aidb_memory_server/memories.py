@@ -496,6 +496,7 @@ def forget(namespace_name: str | None, actor_id: str | None, reason: str | None)
         "memories": int(db.execute(_FORGET_MEMORIES, ids, (ns.id, actor))[0]["n"]),
         "events": events,
     }
+    reconciliation.drop_actor_lock(ns.id, actor)
     text = json.dumps(counts)
     db.execute(
         _AUDIT,

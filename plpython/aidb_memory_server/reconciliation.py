@@ -1,7 +1,9 @@
 """Reconciliation (SPEC §5): what an extraction's operations do to the actor's memories.
 
-Runs in the event's transaction under a per-(namespace, actor) advisory lock, so two events of
-one actor never reconcile at once: the same new fact stated by both is stored once.
+Runs in the event's transaction under a per-(namespace, actor) lock, so two events of one actor
+never reconcile at once: the same new fact stated by both is stored once. The lock is a row lock
+on ``actor_lock`` (migration 0007_locks), a table no role but ours can touch: unlike an advisory
+key, no foreign session can hold it.
 
 - ``add``: not stored when a current memory has the same normalized content (exact duplicate)
   or is a near duplicate (trigram similarity at least ``NEAR_DUPLICATE``).
@@ -30,8 +32,6 @@ EMPTY_RESULT: dict[str, Any] = {
     "duplicates": 0,
     "memories": [],
 }
-# Lock space of reconciliation: (LOCK_CLASS, hashtext(namespace id || actor)).
-LOCK_CLASS = 0x41_44_52_43  # "ADRC"
 _WORD = re.compile(r"\w{3,}")
 
 
@@ -63,7 +63,19 @@ GROUP BY id, public_id, content
 ORDER BY min(tier), max(rank) DESC, id DESC
 LIMIT $4
 """
-_LOCK = "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))"
+# The actor's lock row, once it exists (every call after the actor's first): one statement.
+_LOCK = """
+SELECT 1 FROM aidb_memory.actor_lock WHERE namespace_id = $1 AND actor_id = $2 FOR UPDATE
+"""
+# Otherwise create and lock it. DO UPDATE (not DO NOTHING) so that it always ends holding the row
+# lock: it waits for a concurrent creator, and after a concurrent forget deleted the row it
+# inserts a new one.
+_LOCK_NEW = """
+INSERT INTO aidb_memory.actor_lock (namespace_id, actor_id) VALUES ($1, $2)
+ON CONFLICT (namespace_id, actor_id) DO UPDATE SET actor_id = excluded.actor_id
+"""
+# forget erases the actor's row too (it holds its lock); waiters then create a new one.
+_UNLOCK_FORGOTTEN = "DELETE FROM aidb_memory.actor_lock WHERE namespace_id = $1 AND actor_id = $2"
 _SAME = """
 SELECT id, public_id::text AS public_id FROM aidb_memory.memory
 WHERE namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
@@ -104,8 +116,16 @@ def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
 
 def lock_actor(namespace_id: int, actor_id: str) -> None:
     """Serialize with every other change to this actor's memories, to the end of the
-    transaction (reconciliation, delete, forget)."""
-    db.execute(_LOCK, ("int", "text"), (LOCK_CLASS, f"{namespace_id}\0{actor_id}"))
+    transaction (reconciliation, delete, forget). Waits only for those, never for a foreign
+    session."""
+    if not db.execute(_LOCK, ("bigint", "text"), (namespace_id, actor_id)).nrows():
+        db.execute(_LOCK_NEW, ("bigint", "text"), (namespace_id, actor_id))
+
+
+def drop_actor_lock(namespace_id: int, actor_id: str) -> None:
+    """forget: remove the actor's lock row (every trace goes), held until the end of the
+    transaction like the lock itself."""
+    db.execute(_UNLOCK_FORGOTTEN, ("bigint", "text"), (namespace_id, actor_id))
 
 
 def related(namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn]) -> list[Memory]:

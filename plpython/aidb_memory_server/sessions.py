@@ -143,10 +143,15 @@ WHERE namespace_id = $1 AND actor_id = $2 AND agent_id IS NULL
 ORDER BY closed_at DESC, id DESC
 LIMIT 1
 """
+# The session and its compaction lock row (migration 0007_locks), in one statement.
 _CREATE = """
-INSERT INTO aidb_memory.session (namespace_id, actor_id, session_id, agent_id, prev_handoff)
-VALUES ($1, $2, $3, $4, $5::jsonb)
-ON CONFLICT (namespace_id, actor_id, session_id) DO NOTHING
+WITH s AS (
+    INSERT INTO aidb_memory.session (namespace_id, actor_id, session_id, agent_id, prev_handoff)
+    VALUES ($1, $2, $3, $4, $5::jsonb)
+    ON CONFLICT (namespace_id, actor_id, session_id) DO NOTHING
+    RETURNING id
+)
+INSERT INTO aidb_memory.compaction_lock (session_ref) SELECT id FROM s
 """
 _START_ROW = """
 SELECT session_id, to_json(started_at) #>> '{}' AS started_at,
@@ -632,7 +637,25 @@ RETURNING t.chars, t.role,
                                              'tool_call_id', t.tool_call_id,
                                              'name', t.name)))::text AS item
 """
-_COMPACTION_LOCK = "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashint8($2))"
+# The session's compaction lock row (migration 0007_locks), waiting for a compaction in flight.
+# Taken before the session row: the compaction holding it needs that row (FOR KEY SHARE, for its
+# summary's foreign key), so the other order would deadlock (issue 10).
+_COMPACTION_LOCK = """
+SELECT l.session_ref FROM aidb_memory.session s
+JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
+WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
+FOR UPDATE OF l
+"""
+# The session has no lock row (an older release created it while 0007_locks was being
+# installed), or no session: create the row and hold it, or wait for whoever holds it.
+_CREATE_COMPACTION_LOCK = """
+INSERT INTO aidb_memory.compaction_lock (session_ref)
+SELECT s.id FROM aidb_memory.session s
+WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
+ON CONFLICT (session_ref) DO UPDATE SET session_ref = excluded.session_ref
+RETURNING session_ref
+"""
+_DROP_LOCK_ROW = "DELETE FROM aidb_memory.compaction_lock WHERE session_ref = $1"
 _DROP_COVERING = "DELETE FROM aidb_memory.summary WHERE session_ref = $1 AND to_seq >= $2"
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
 # without its own carries that of the turn before it.
@@ -686,8 +709,17 @@ def session_pop(
     ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
     sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
     assert sid is not None
+    # First the compaction lock: it waits for a compaction of this session in flight, which must
+    # not summarize a popped turn; then the session row.
+    held = db.execute(_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
+    if not held.nrows():
+        held = db.execute(_CREATE_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
     rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
-    if not rows.nrows() or int(rows[0]["next_seq"]) <= 1:
+    if not rows.nrows():
+        if held.nrows():  # deleted while we waited: its deletion skipped the row we held
+            db.execute(_DROP_LOCK_ROW, ("bigint",), (held[0]["session_ref"],))
+        return None
+    if int(rows[0]["next_seq"]) <= 1:
         return None
     s = rows[0]
     if s["closed"]:
@@ -697,8 +729,6 @@ def session_pop(
             hint="a closed session keeps its history as it was handed off",
         )
     ref, seq = int(s["id"]), int(s["next_seq"]) - 1
-    # Waits for a compaction of this session in flight: it must not summarize a popped turn.
-    db.execute(_COMPACTION_LOCK, ("int", "bigint"), (compaction.LOCK_CLASS, ref))
     popped = db.execute(_POP, ("bigint", "bigint"), (ref, seq))[0]
     sequence_id, round_start, open_calls = _tail_after_pop(ref, seq - 1)
     # A summary never covers the newest round, which the next add may extend: one that covers

@@ -1,0 +1,28 @@
+-- Locks that only our code can take (migration 0007_locks): the compaction lock row of a session
+-- goes with the session. A statement trigger, so that forget or namespace_drop costs one statement
+-- however many sessions go.
+CREATE OR REPLACE FUNCTION aidb_memory.compaction_locks_removed()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+BEGIN
+    -- SKIP LOCKED: never wait here for a compaction in flight, which waits for the session row
+    -- this deletion holds (a deadlock). Such a row stays behind: a bare number, no content.
+    DELETE FROM aidb_memory.compaction_lock AS l
+    WHERE l.session_ref IN (SELECT c.session_ref
+                            FROM aidb_memory.compaction_lock AS c
+                            JOIN removed AS r ON r.id = c.session_ref
+                            FOR UPDATE OF c SKIP LOCKED);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.compaction_locks_removed() IS
+'Trigger (internal): removes the compaction lock rows (compaction_lock) of deleted sessions.';
+
+CREATE OR REPLACE TRIGGER compaction_locks_removed AFTER DELETE ON aidb_memory.session
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
+    EXECUTE FUNCTION aidb_memory.compaction_locks_removed();
