@@ -99,10 +99,16 @@ def session_compact(
     name = ns["llm"] if ns["llm"] is not None else fallback_model
     if name is None:
         return ["compaction_model_unavailable"]
+    # A fallback outside the namespace's allowed_fallback_models (when an admin set one) reads
+    # as an unknown model: an application cannot spend the key of a model it was not given.
+    if ns["llm"] is None and not validation.fallback_allowed(config, name):
+        return ["compaction_model_unavailable"]
     try:
         model = llm.load("session_get", name)
     except Exception:
         return ["compaction_model_unavailable"]
+    if llm.key_refusal(model) is not None:
+        return ["compaction_model_unavailable"]  # its key may not go to its endpoint
     if not db.execute(_TRY_LOCK, ("int", "bigint"), (compaction.LOCK_CLASS, session_ref))[0]["ok"]:
         return ["compaction_busy"]
     try:
