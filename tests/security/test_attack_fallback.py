@@ -31,8 +31,8 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def models(db: Database, fake: FakeOpenAI) -> None:
-    db.sql("SELECT aidb_memory.set_secret('premium_key', 'sk-premium-1', ARRAY[%s])", (fake.base_url,))
-    opts = {"model": "fake-chat", "base_url": fake.base_url, "api_key_secret": "premium_key"}
+    # "premium" stands for a model with a costly key (whether it has one changes nothing here).
+    opts = {"model": "fake-chat", "base_url": fake.base_url}
     db.sql("SELECT aidb_memory.create_model('premium', 'openai', %s::jsonb)", (json.dumps(opts),))
     db.sql("SELECT aidb_memory.create_model('cheap', 'builtin', '{\"kind\": \"extractive\"}')")
     db.sql("SELECT aidb_memory.init(%s)", (NS,), user=ADMIN_USER)
