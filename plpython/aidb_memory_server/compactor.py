@@ -22,7 +22,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import compaction, db, llm, validation
+from aidb_memory_server import compaction, db, endpoints, llm, validation
 from aidb_memory_server.compaction import Source, Span
 
 QUERY_CANCELED = "57014"
@@ -125,7 +125,7 @@ def session_compact(
 
 def _log(e: BaseException) -> None:
     # Never fails the read (SPEC §3): what failed goes to the server log, without content.
-    text = " ".join(str(e).split())[:200]
+    text = endpoints.redact_urls(" ".join(str(e).split()))[:200]
     plpy.log(f"aidb_memory: compaction failed: {type(e).__name__}: {text}")
 
 

@@ -108,7 +108,7 @@ def test_the_namespaces_own_model_is_not_fenced(
     db: Database, fake: FakeOpenAI, models: None
 ) -> None:
     db.sql(
-        "SELECT * FROM aidb_memory.namespace_update(%s, '{\"llm\": \"premium\"}', "
+        'SELECT * FROM aidb_memory.namespace_update(%s, \'{"llm": "premium"}\', '
         "'{\"allowed_fallback_models\": []}')",
         (NS,),
         user=ADMIN_USER,
@@ -136,9 +136,7 @@ def test_the_fence_is_validated(db: Database, models: None, value: Any, message:
                 query, (*params, json.dumps({"allowed_fallback_models": value})), user=ADMIN_USER
             )
         assert info.value.sqlstate == "22023"
-        assert info.value.diag.message_primary.endswith(
-            f"config.allowed_fallback_models {message}"
-        )
+        assert info.value.diag.message_primary.endswith(f"config.allowed_fallback_models {message}")
 
 
 def test_an_application_cannot_lift_the_fence(db: Database, models: None) -> None:

@@ -129,7 +129,11 @@ def test_api_key_env_names_only_key_variables(db: Database, listener: FakeOpenAI
     e = _fails(
         db,
         "SELECT aidb_memory.create_model('s3', 'openai', %s::jsonb)",
-        (json.dumps({"model": "m", "base_url": listener.base_url, "api_key_env": "BACKUP_S3_SECRET"}),),
+        (
+            json.dumps(
+                {"model": "m", "base_url": listener.base_url, "api_key_env": "BACKUP_S3_SECRET"}
+            ),
+        ),
     )
     assert e.sqlstate == "42501"
     assert e.diag.message_primary == (
@@ -141,7 +145,7 @@ def test_api_key_env_names_only_key_variables(db: Database, listener: FakeOpenAI
     # the variable's value never leaves the server.
     _create(db, "home", base_url=listener.base_url)
     db.sql(
-        "UPDATE aidb_memory.model SET options = options || '{\"api_key_env\": \"HOME\"}' "
+        'UPDATE aidb_memory.model SET options = options || \'{"api_key_env": "HOME"}\' '
         "WHERE name = 'home'"
     )
     e = _fails(db, "SELECT aidb_memory.model_check('home')")
@@ -217,8 +221,10 @@ def _migration_update() -> str:
         ([None], ["https://api.openai.com:443"]),
         ([], ["https://api.openai.com:443"]),
         (["http://Vllm-Host:8000/v1"], ["http://vllm-host:8000"]),
-        (["https://my.openai.azure.com/openai/v1/", "http://[::1]/v1"],
-         ["http://[::1]:80", "https://my.openai.azure.com:443"]),
+        (
+            ["https://my.openai.azure.com/openai/v1/", "http://[::1]/v1"],
+            ["http://[::1]:80", "https://my.openai.azure.com:443"],
+        ),
         (["http://h:0080/v1", "http://h/v1", "http://h.:80/x"], ["http://h:80"]),
     ],
 )

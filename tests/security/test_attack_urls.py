@@ -40,8 +40,8 @@ def _register(db: Database, name: str, fake: FakeOpenAI, model: str) -> None:
     db.sql("SELECT aidb_memory.create_model(%s, 'openai', %s::jsonb)", (name, json.dumps(opts)))
     # create_model refuses such a URL; an older row or a superuser's edit has it.
     db.sql(
-        "UPDATE aidb_memory.model SET options = options || jsonb_build_object('base_url', %s::text) "
-        "WHERE name = %s",
+        "UPDATE aidb_memory.model "
+        "SET options = options || jsonb_build_object('base_url', %s::text) WHERE name = %s",
         (_leaky_url(fake), name),
     )
 

@@ -21,7 +21,10 @@ from aidb_memory_server.errors import ApiError
         ("http://127.0.0.1:11434/v1", "http://127.0.0.1:11434"),
         ("http://[::1]:8080/v1", "http://[::1]:8080"),
         ("http://[2001:DB8::1]/v1", "http://[2001:db8::1]:80"),
-        ("https://my-resource.openai.azure.com/openai/v1/", "https://my-resource.openai.azure.com:443"),
+        (
+            "https://my-resource.openai.azure.com/openai/v1/",
+            "https://my-resource.openai.azure.com:443",
+        ),
     ],
 )
 def test_endpoint_normalization(url: str, expected: str) -> None:
