@@ -31,7 +31,12 @@ COMMENT ON FUNCTION aidb_memory.drop_model(text) IS
 'Admin: remove model `name`. Errors: 42704 unknown model, 55000 a namespace''s model_spec names '
 'it (change that first with namespace_update).';
 
-CREATE OR REPLACE FUNCTION aidb_memory.set_secret(name text, value text)
+-- The two-argument set_secret of 0.x is dropped by migrations/0008_secret_endpoints.sql.
+CREATE OR REPLACE FUNCTION aidb_memory.set_secret(
+    name text,
+    value text,
+    endpoints text[] DEFAULT NULL
+)
 RETURNS void
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -39,10 +44,13 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ models.set_secret $py$;
-COMMENT ON FUNCTION aidb_memory.set_secret(text, text) IS
+COMMENT ON FUNCTION aidb_memory.set_secret(text, text, text[]) IS
 'Admin: store (or replace) the secret `name`, e.g. an API key that a model names in '
-'options.api_key_secret. No API role can read it back; no message ever shows it. Errors: 22004 '
-'NULL argument, 22023 bad name or an empty, padded or over-long value.';
+'options.api_key_secret, bound to `endpoints` (http(s) URLs; only scheme, host and port count): '
+'no model whose base_url is elsewhere can use it. NULL endpoints: https://api.openai.com:443 for '
+'a new secret, the endpoints it had for a replaced one. No API role can read it back; no message '
+'ever shows it. Errors: 22004 NULL name or value, 22023 bad name, value or endpoint, 55000 a '
+'model using it would be cut off.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.drop_secret(name text)
 RETURNS void
@@ -61,6 +69,12 @@ SELECT name, provider, options, created_at, updated_at
 FROM aidb_memory.model;
 COMMENT ON VIEW aidb_memory.models IS
 'Admin: every registered model with its provider and options (which never hold a key).';
+
+CREATE OR REPLACE VIEW aidb_memory.secrets AS
+SELECT name, endpoints, created_at, updated_at
+FROM aidb_memory.secret;
+COMMENT ON VIEW aidb_memory.secrets IS
+'Admin: every stored secret''s name and the endpoints it may be sent to; never its value.';
 
 CREATE OR REPLACE VIEW aidb_memory.model_calls AS
 SELECT id, at, model_name, namespace_id, purpose, chars_in, chars_out, tokens_in, tokens_out,

@@ -47,11 +47,11 @@ GRANT SELECT ON aidb_memory.sessions, aidb_memory.events TO aidb_admins;
 GRANT EXECUTE ON FUNCTION
     aidb_memory.create_model(text, text, jsonb),
     aidb_memory.drop_model(text),
-    aidb_memory.set_secret(text, text),
+    aidb_memory.set_secret(text, text, text[]),
     aidb_memory.drop_secret(text),
     aidb_memory.model_check(text, text)
 TO aidb_admins;
-GRANT SELECT ON aidb_memory.models, aidb_memory.model_calls TO aidb_admins;
+GRANT SELECT ON aidb_memory.models, aidb_memory.model_calls, aidb_memory.secrets TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;
 
 -- The extraction worker (SPEC §5): aidb_workers run process_events, which calls the internal

@@ -26,7 +26,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import compaction, db, llm, validation
+from aidb_memory_server import compaction, db, endpoints, llm, validation
 from aidb_memory_server.compaction import Source, Span
 
 QUERY_CANCELED = "57014"
@@ -118,10 +118,16 @@ def session_compact(
     name = ns["llm"] if ns["llm"] is not None else fallback_model
     if name is None:
         return ["compaction_model_unavailable"]
+    # A fallback outside the namespace's allowed_fallback_models (when an admin set one) reads
+    # as an unknown model: an application cannot spend the key of a model it was not given.
+    if ns["llm"] is None and not validation.fallback_allowed(config, name):
+        return ["compaction_model_unavailable"]
     try:
         model = llm.load("session_get", name)
     except Exception:
         return ["compaction_model_unavailable"]
+    if llm.key_refusal(model) is not None:
+        return ["compaction_model_unavailable"]  # its key may not go to its endpoint
     if (
         not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
         and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
@@ -156,7 +162,7 @@ def _drop_lock_if_deleted(session_ref: int) -> None:
 
 def _log(e: BaseException) -> None:
     # Never fails the read (SPEC §3): what failed goes to the server log, without content.
-    text = " ".join(str(e).split())[:200]
+    text = endpoints.redact_urls(" ".join(str(e).split()))[:200]
     plpy.log(f"aidb_memory: compaction failed: {type(e).__name__}: {text}")
 
 

@@ -17,7 +17,15 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extraction, llm, reconciliation, sessions, validation
+from aidb_memory_server import (
+    db,
+    endpoints,
+    extraction,
+    llm,
+    reconciliation,
+    sessions,
+    validation,
+)
 from aidb_memory_server.errors import invalid, required
 
 QUERY_CANCELED = "57014"
@@ -147,7 +155,9 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
         response_format=extraction.response_format(),
     )
     if not result.ok:
-        return _fail(event, limit, base, result.error or result.outcome)
+        # last_error is the application's (status): the model's name, never its URL.
+        why = result.public_error or result.outcome
+        return _fail(event, limit, base, f'{why} (model "{model.name}")')
     try:
         operations = extraction.parse(result.text, set(refs))
     except extraction.Malformed as e:
@@ -165,7 +175,8 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
                 timeout_s=config["llm_timeout_s"],
             )
         except llm.EmbeddingError as e:
-            return _fail(event, limit, base, f"embedding failed: {e}")
+            why = f'embedding failed: {e.public} (model "{spec["embedding"]}")'
+            return _fail(event, limit, base, why)
         except Exception:
             return _fail(event, limit, base, f'embedding model "{spec["embedding"]}" is missing')
         vectors = dict(zip(texts, found, strict=True))
@@ -206,7 +217,8 @@ def _finish(event_id: int, status: str, result: dict[str, Any]) -> str:
 
 
 def _fail(event: Any, limit: int, base: float, error: str) -> str:
-    message = " ".join(error.split())[:ERROR_CHARS]
+    # The application reads last_error: no URL of a model endpoint, whatever raised.
+    message = " ".join(endpoints.strip_urls(error).split())[:ERROR_CHARS]
     attempts = int(event["attempts"])
     if attempts >= limit:
         db.execute(_FAILED, ("bigint", "text"), (int(event["id"]), message))

@@ -8,7 +8,14 @@ PostgreSQL checks for interrupts: ``pg_cancel_backend`` (or ``statement_timeout`
 ``QueryCanceled`` there and ends the statement; the abandoned worker ends by its own timeout.
 
 A key is never put in an error, a notice, a log line or the usage table: messages are composed
-here, and any provider text that makes it into one has the key blanked out first.
+here, and any provider text that makes it into one has the key blanked out first. A key is sent
+only to an endpoint its secret is bound to, and only from an environment variable the allow-list
+names (issue 9, item 8): checked here, at every call, not only when the model was registered.
+
+Every failed call has two texts (issue 9, item 10): ``error``, for admins (model_check, the
+usage table, doctor), with the provider's words and any URL in them stripped of userinfo, query
+string and fragment; and ``public_error``, for applications (an event's last_error, search's
+warning), made only of our own words: it names no URL, host or key variable.
 """
 
 from __future__ import annotations
@@ -21,11 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, extractive
-from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError
+from aidb_memory_server import db, endpoints, extractive
+from aidb_memory_server.errors import INSUFFICIENT_PRIVILEGE, UNDEFINED_OBJECT, ApiError
 
 DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = endpoints.OPENAI_DEFAULT_URL
 DEFAULT_BUILTIN_CHARS = 2_000
 CHECK_REPLY_CHARS = 200
 ERROR_CHARS = 300
@@ -33,7 +40,9 @@ _POLL_S = 0.05
 _SLACK_S = 1.0
 
 _MODEL = "SELECT provider, options::text AS options FROM aidb_memory.model WHERE name = $1"
-_SECRET = "SELECT value FROM aidb_memory.secret WHERE name = $1"
+_SECRET = "SELECT value, endpoints FROM aidb_memory.secret WHERE name = $1"
+_BINDING = "SELECT endpoints FROM aidb_memory.secret WHERE name = $1"
+_ENV_PATTERN = "SELECT value FROM aidb_memory.runtime_settings WHERE key = $1"
 _TICK = "SELECT pg_catalog.pg_sleep(0)"
 _USAGE = """
 INSERT INTO aidb_memory.model_usage
@@ -74,7 +83,8 @@ class Result:
 
     outcome: str  # ok | error | timeout
     text: str = ""
-    error: str | None = None
+    error: str | None = None  # for admins: URLs redacted
+    public_error: str | None = None  # for applications: our words only, never a URL
     latency_ms: int = 0
     tokens_in: int | None = None
     tokens_out: int | None = None
@@ -86,12 +96,19 @@ class Result:
 
 
 class _Failure(Exception):
-    """A failed call, with an outcome and a message that holds no key."""
+    """A failed call, with an outcome and a message that holds no key; ``public`` is what an
+    application may read (default: ``message``, when that is all our own words)."""
 
-    def __init__(self, outcome: str, message: str) -> None:
+    def __init__(self, outcome: str, message: str, public: str | None = None) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.message = message
+        self.public = public if public is not None else message
+
+
+def _failure(outcome: str, error: str, public: str) -> Result:
+    """A failed Result: ``error`` for admins (URLs redacted), ``public`` for applications."""
+    return Result(outcome, error=endpoints.redact_urls(error), public_error=public)
 
 
 def load(function: str, name: str) -> Model:
@@ -171,12 +188,14 @@ def _record(
 
 
 class EmbeddingError(Exception):
-    """An embedding call that failed; ``outcome`` and ``message`` as in Result (no key)."""
+    """An embedding call that failed; ``outcome``, ``message`` (for admins) and ``public`` (for
+    applications: never a URL) as in Result (no key)."""
 
-    def __init__(self, outcome: str, message: str) -> None:
+    def __init__(self, outcome: str, message: str, public: str) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.message = message
+        self.public = public
 
 
 def embed(
@@ -192,7 +211,8 @@ def embed(
     chars_in = sum(len(t) for t in texts)
     started = time.monotonic()
     if model.provider != "openai":
-        result = Result("error", error=f"a {model.provider} model does not compute embeddings")
+        text = f"a {model.provider} model does not compute embeddings"
+        result = Result("error", error=text, public_error=text)
     elif not texts:
         result = Result("ok", vectors=[])
     else:
@@ -207,7 +227,11 @@ def embed(
         result = _call(model, timeout, request)
     _record(model, namespace_id, "embedding", chars_in, started, result)
     if not result.ok or result.vectors is None:
-        raise EmbeddingError(result.outcome, result.error or "no embeddings came back")
+        raise EmbeddingError(
+            result.outcome,
+            result.error or "no embeddings came back",
+            result.public_error or "no embeddings came back",
+        )
     return result.vectors
 
 
@@ -241,25 +265,92 @@ def _builtin(
     span: tuple[int, int] | None,
 ) -> Result:
     if model.options.get("kind") != "extractive":
-        return Result("error", error=f"builtin kind {model.options.get('kind')!r} is unknown")
+        text = f"builtin kind {model.options.get('kind')!r} is unknown"
+        return Result("error", error=text, public_error="the builtin model is misconfigured")
     sources = [extractive.Source(m.get("role", "user"), m.get("content") or "") for m in messages]
     first, last = span or (1, max(1, len(messages)))
     text = extractive.summarize(sources, max_chars or DEFAULT_BUILTIN_CHARS, first, last)
     return Result("ok", text=text)
 
 
+_NO_KEY = "the model's key is not available"
+
+
+def _target(model: Model) -> str | None:
+    """The endpoint ``model``'s requests go to; None if its base_url names none we accept."""
+    try:
+        return endpoints.model_endpoint(model.options.get("base_url"), DEFAULT_BASE_URL)
+    except endpoints.BadEndpoint:
+        return None
+
+
+def _env_refusal(env: str) -> tuple[str, str] | None:
+    rows = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
+    patterns = endpoints.env_patterns(rows[0]["value"] if rows.nrows() else None)
+    if endpoints.env_allowed(env, patterns):
+        return None
+    return (
+        f"refused: the environment variable {env} is not an allowed key variable "
+        f"(allowed: {', '.join(patterns) or 'none'})",
+        "a superuser sets the allowed names in aidb_memory.runtime_settings "
+        f"(key {endpoints.ENV_PATTERN_SETTING})",
+    )
+
+
+def _secret_refusal(model: Model, secret: str, allowed: list[str]) -> tuple[str, str] | None:
+    target = _target(model)
+    if target is not None and target in allowed:
+        return None
+    return (
+        f'refused: the secret "{secret}" may not be sent to {target or "this base_url"}',
+        "a secret goes only to the endpoints it was stored for; whoever knows the key stores it "
+        "again with aidb_memory.set_secret(name, value, endpoints => ARRAY[...])",
+    )
+
+
+def key_refusal(model: Model) -> tuple[str, str] | None:
+    """Why ``model`` may not use its key, as (message, hint), or None when it may (or has no
+    key). The same rules as every call applies, checked without calling."""
+    secret = model.options.get("api_key_secret")
+    if secret is not None:
+        rows = db.execute(_BINDING, ("text",), (secret,))
+        if not rows.nrows():
+            return None  # not stored: the call fails as "not stored"
+        return _secret_refusal(model, secret, list(rows[0]["endpoints"] or []))
+    env = model.options.get("api_key_env")
+    return _env_refusal(env) if env is not None else None
+
+
+def require_key_allowed(function: str, model: Model) -> None:
+    """42501 if ``model`` may not use its key (see :func:`key_refusal`)."""
+    refusal = key_refusal(model)
+    if refusal is not None:
+        message, hint = refusal
+        raise ApiError(INSUFFICIENT_PRIVILEGE, f"aidb_memory.{function}: {message}", hint=hint)
+
+
 def _api_key(model: Model) -> str:
+    """The key to send with ``model``'s requests, checked against the secret's endpoints or the
+    allow-list of variables first: a refused key is never read, let alone sent."""
     secret = model.options.get("api_key_secret")
     if secret is not None:
         rows = db.execute(_SECRET, ("text",), (secret,))
         if not rows.nrows():
-            raise _Failure("error", f'the secret "{secret}" is not stored')
+            raise _Failure("error", f'the secret "{secret}" is not stored', _NO_KEY)
+        refusal = _secret_refusal(model, secret, list(rows[0]["endpoints"] or []))
+        if refusal is not None:
+            raise _Failure("error", refusal[0], "the model may not use its key")
         return str(rows[0]["value"])
     env = model.options.get("api_key_env")
     if env is not None:
+        refusal = _env_refusal(env)
+        if refusal is not None:
+            raise _Failure("error", refusal[0], "the model may not use its key")
         value = os.environ.get(env)
         if not value:
-            raise _Failure("error", f"the environment variable {env} is not set in the server")
+            raise _Failure(
+                "error", f"the environment variable {env} is not set in the server", _NO_KEY
+            )
         return value
     return ""
 
@@ -309,9 +400,10 @@ def _call(model: Model, timeout: float, request: Callable[[Any], Result]) -> Res
         key = _api_key(model)
         client = _client(model, key)
     except _Failure as e:
-        return Result(e.outcome, error=e.message)
+        return _failure(e.outcome, e.message, e.public)
     except Exception as e:  # e.g. openai missing from the server's packages
-        return Result("error", error=_redact(f"client setup failed: {_describe(e)}", key))
+        text = _redact(f"client setup failed: {_describe(e)}", key)
+        return _failure("error", text, "client setup failed")
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -331,7 +423,8 @@ def _call(model: Model, timeout: float, request: Callable[[Any], Result]) -> Res
         if not worker.is_alive():
             break
         if time.monotonic() > deadline:
-            return Result("timeout", error=f"no answer within {timeout:g} s")
+            text = f"no answer within {timeout:g} s"
+            return Result("timeout", error=text, public_error=text)
     if "result" in box:
         result: Result = box["result"]
         return result
@@ -357,19 +450,26 @@ def _parse(response: Any) -> Result:
 
 
 def _failed(error: BaseException | None, timeout: float, key: str) -> Result:
+    # The provider's text (httpx puts the request URL in it) is only ever in ``error``, and
+    # only with its URLs redacted; ``public_error`` is composed of our words alone.
     if isinstance(error, _Failure):
-        return Result(error.outcome, error=_redact(error.message, key))
+        return _failure(error.outcome, _redact(error.message, key), error.public)
     import openai
 
     if isinstance(error, openai.APITimeoutError):
-        return Result("timeout", error=f"no answer within {timeout:g} s")
+        text = f"no answer within {timeout:g} s"
+        return Result("timeout", error=text, public_error=text)
     if isinstance(error, openai.APIStatusError):
-        return Result("error", error=_redact(f"HTTP {error.status_code}: {_describe(error)}", key))
+        text = _redact(f"HTTP {error.status_code}: {_describe(error)}", key)
+        return _failure("error", text, f"HTTP {error.status_code}")
     if isinstance(error, openai.APIConnectionError):
-        return Result("error", error=_redact(f"connection failed: {_describe(error)}", key))
+        text = _redact(f"connection failed: {_describe(error)}", key)
+        return _failure("error", text, "connection failed")
     if isinstance(error, ValueError):  # a body that is not JSON
-        return Result("error", error=_redact(f"malformed response: {_describe(error)}", key))
-    return Result("error", error=_redact(f"call failed: {_describe(error)}", key))
+        text = _redact(f"malformed response: {_describe(error)}", key)
+        return _failure("error", text, "malformed response")
+    text = _redact(f"call failed: {_describe(error)}", key)
+    return _failure("error", text, f"call failed ({type(error).__name__})")
 
 
 def _describe(error: BaseException | None) -> str:
@@ -385,6 +485,8 @@ def _describe(error: BaseException | None) -> str:
 def _redact(text: str, key: str) -> str:
     if key:
         text = text.replace(key, "[redacted]")
+    # Before the cut: a URL cut short could lose the "?" that marks what must go.
+    text = endpoints.redact_urls(text)
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
@@ -397,6 +499,7 @@ def model_check(name: str | None, prompt: str | None) -> str:
     if prompt is None:
         prompt = "Reply with OK."
     model = load(fn, name)
+    require_key_allowed(fn, model)  # 42501 with a hint, rather than an ok=false
     result = complete(
         model, [{"role": "user", "content": prompt}], purpose="check", max_chars=CHECK_REPLY_CHARS
     )

@@ -211,7 +211,7 @@ def _query_embedding(
         # Search still answers, from full text and trigrams, and says why it did without.
         plpy.warning(
             f"aidb_memory.{fn}: the embedding model {quote(model_name)} failed "
-            f"({e.outcome}: {e.message}); ranked without vector similarity"
+            f"({e.outcome}: {e.public}); ranked without vector similarity"
         )
         return None, None
     return vectors[0], model_name

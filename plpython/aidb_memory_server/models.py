@@ -13,8 +13,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from aidb_memory_server import validation
+from aidb_memory_server import endpoints, validation
 from aidb_memory_server.errors import (
+    INSUFFICIENT_PRIVILEGE,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
     ApiError,
@@ -193,7 +194,10 @@ def secret_value(function: str, value: str | None) -> str:
 # db (and with it plpy) is imported where it is used, so that the validation above is importable
 # outside the server (tests/unit).
 
-_LOCK_SECRET = "SELECT id FROM aidb_memory.secret WHERE name = $1 FOR KEY SHARE"
+# FOR SHARE, not FOR KEY SHARE: a concurrent set_secret that changes the endpoints (an UPDATE of
+# the row) waits for this transaction, and then sees the model this one registered.
+_LOCK_SECRET = "SELECT endpoints FROM aidb_memory.secret WHERE name = $1 FOR SHARE"
+_ENV_PATTERN = "SELECT value FROM aidb_memory.runtime_settings WHERE key = $1"
 _UPSERT_MODEL = """
 INSERT INTO aidb_memory.model (name, provider, options)
 VALUES ($1, $2, $3::jsonb)
@@ -208,15 +212,24 @@ FROM aidb_memory.namespace
 WHERE model_spec ->> 'llm' = $1 OR model_spec ->> 'embedding' = $1
 """
 _DELETE_MODEL = "DELETE FROM aidb_memory.model WHERE id = $1"
+# NULL endpoints: a new secret goes to OpenAI's default endpoint only; a replaced one keeps the
+# endpoints it had (a key rotation changes the key, not where it may go).
 _UPSERT_SECRET = """
-INSERT INTO aidb_memory.secret (name, value)
-VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = clock_timestamp()
+INSERT INTO aidb_memory.secret AS s (name, value, endpoints)
+VALUES ($1, $2, coalesce($3, ARRAY[$4]))
+ON CONFLICT (name) DO UPDATE
+SET value = excluded.value, endpoints = coalesce($3, s.endpoints), updated_at = clock_timestamp()
+RETURNING endpoints
 """
+_UPSERT_SECRET_TYPES = ("text", "text", "text[]", "text")
 _LOCK_SECRET_FOR_DROP = "SELECT id FROM aidb_memory.secret WHERE name = $1 FOR UPDATE"
 _SECRET_USERS = """
 SELECT string_agg(pg_catalog.quote_ident(name), ', ' ORDER BY name) AS names
 FROM aidb_memory.model WHERE options ->> 'api_key_secret' = $1
+"""
+_SECRET_MODELS = """
+SELECT name, options ->> 'base_url' AS base_url
+FROM aidb_memory.model WHERE options ->> 'api_key_secret' = $1 ORDER BY name
 """
 _DELETE_SECRET = "DELETE FROM aidb_memory.secret WHERE id = $1"
 _LOCK_MODELS = "SELECT name FROM aidb_memory.model WHERE name = ANY($1) FOR KEY SHARE"
@@ -231,12 +244,19 @@ def create_model(model_name: str | None, prov: str | None, options: str | None) 
     prov = provider(fn, prov)
     opts = provider_options(fn, prov, validation.json_object(fn, "options", options))
     secret = opts.get("api_key_secret")
-    if secret is not None and not db.execute(_LOCK_SECRET, ("text",), (secret,)).nrows():
-        raise ApiError(
-            UNDEFINED_OBJECT,
-            f'aidb_memory.{fn}: options.api_key_secret names no stored secret "{secret}"',
-            hint="store it first with aidb_memory.set_secret",
-        )
+    if secret is not None:
+        found = db.execute(_LOCK_SECRET, ("text",), (secret,))
+        if not found.nrows():
+            raise ApiError(
+                UNDEFINED_OBJECT,
+                f'aidb_memory.{fn}: options.api_key_secret names no stored secret "{secret}"',
+                hint="store it first with aidb_memory.set_secret",
+            )
+        require_bound(fn, secret, list(found[0]["endpoints"] or []), opts.get("base_url"))
+    env = opts.get("api_key_env")
+    if env is not None:
+        pattern = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
+        require_env_allowed(fn, env, pattern[0]["value"] if pattern.nrows() else None)
     rows = db.execute(_UPSERT_MODEL, ("text", "text", "text"), (model_name, prov, json.dumps(opts)))
     return int(rows[0]["id"])
 
@@ -260,14 +280,78 @@ def drop_model(model_name: str | None) -> None:
     db.execute(_DELETE_MODEL, ("bigint",), (rows[0]["id"],))
 
 
-def set_secret(secret_name: str | None, value: str | None) -> None:
-    """Store (or replace) secret ``secret_name``. Nothing ever echoes the value."""
+def require_bound(function: str, secret: str, allowed: list[str], base_url: str | None) -> None:
+    """A model whose requests go to ``base_url`` (None: OpenAI's default) may use a secret bound
+    to ``allowed`` endpoints: else 42501 (issue 9, item 8)."""
+    try:
+        target = endpoints.model_endpoint(base_url, endpoints.OPENAI_DEFAULT_URL)
+    except endpoints.BadEndpoint as e:
+        raise invalid(function, "options.base_url", str(e)) from None
+    if target not in allowed:
+        raise ApiError(
+            INSUFFICIENT_PRIVILEGE,
+            f'aidb_memory.{function}: the secret "{secret}" may not be sent to {target}',
+            hint="a secret goes only to the endpoints it was stored for; whoever knows the key "
+            "stores it again with aidb_memory.set_secret(name, value, endpoints => ARRAY[...]) "
+            "naming this endpoint",
+        )
+
+
+def require_env_allowed(function: str, env: str, setting: str | None) -> None:
+    """``env`` matches the allow-list of key variables (runtime_settings api_key_env_pattern,
+    default ``*_API_KEY``): else 42501, so that no admin can read any other variable of the
+    server (BACKUP_S3_SECRET, PGPASSWORD) by sending it to an endpoint of theirs."""
+    patterns = endpoints.env_patterns(setting)
+    if not endpoints.env_allowed(env, patterns):
+        raise ApiError(
+            INSUFFICIENT_PRIVILEGE,
+            f"aidb_memory.{function}: options.api_key_env {env} is not an allowed key variable "
+            f"(allowed: {', '.join(patterns) or 'none'})",
+            hint="name a variable matching the pattern, e.g. OPENAI_API_KEY; a superuser sets the "
+            f"pattern in aidb_memory.runtime_settings (key {endpoints.ENV_PATTERN_SETTING})",
+        )
+
+
+def set_secret(
+    secret_name: str | None, value: str | None, allowed: list[str | None] | None = None
+) -> None:
+    """Store (or replace) secret ``secret_name``, bound to the endpoints ``allowed`` (NULL: a
+    new secret gets OpenAI's default endpoint, a replaced one keeps its endpoints). Nothing ever
+    echoes the value.
+
+    Binding and value travel together: nobody can point an existing key at another endpoint
+    without supplying the key. A binding that would cut off a model that uses the secret is
+    refused (55000), so what create_model checked stays true.
+    """
     from aidb_memory_server import db
 
     fn = "set_secret"
     secret_name = name(fn, "name", secret_name)
     value = secret_value(fn, value)
-    db.execute(_UPSERT_SECRET, ("text", "text"), (secret_name, value))
+    bound = endpoints.endpoints(fn, "endpoints", allowed)
+    rows = db.execute(
+        _UPSERT_SECRET,
+        _UPSERT_SECRET_TYPES,
+        (secret_name, value, bound, endpoints.OPENAI_DEFAULT),
+    )
+    stored = list(rows[0]["endpoints"])
+    # After the upsert: its row lock makes a concurrent create_model naming this secret commit
+    # first, and this statement's snapshot then sees that model.
+    cut_off = []
+    for row in db.execute(_SECRET_MODELS, ("text",), (secret_name,)):
+        try:
+            target = endpoints.model_endpoint(row["base_url"], endpoints.OPENAI_DEFAULT_URL)
+        except endpoints.BadEndpoint:
+            target = None
+        if target not in stored:
+            cut_off.append(row["name"])
+    if cut_off:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f'aidb_memory.{fn}: secret "{secret_name}" would no longer reach the endpoint of '
+            f"models: {', '.join(cut_off)}",
+            hint="name their endpoints too, or re-register those models first",
+        )
 
 
 def drop_secret(secret_name: str | None) -> None:

@@ -22,7 +22,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "compaction_max_input_chars": 200_000,
     "extraction": True,
     "actor_binding": "none",
+    # Absent (null): any registered model may be a read's fallback_model; a list fences it.
+    "allowed_fallback_models": None,
 }
+FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
 _INT_LIMITS: dict[str, tuple[int, int]] = {
     "max_turn_chars": (1, 10_000_000),
@@ -124,7 +127,31 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:
             raise invalid(function, field, "must be one of: " + ", ".join(ACTOR_BINDINGS))
+        elif key == "allowed_fallback_models":
+            _model_names(function, field, value)
     return {k: v for k, v in cfg.items() if v is not None}
+
+
+def _model_names(function: str, field: str, value: Any) -> None:
+    # A list of model names; not checked against the registered models, like a fence that
+    # names a model registered later.
+    if not isinstance(value, list) or len(value) > FALLBACK_MODELS_MAX:
+        raise invalid(
+            function,
+            field,
+            f"must be a list of at most {FALLBACK_MODELS_MAX} model names",
+            hint="[] allows no fallback_model; null (or no key) allows any registered model",
+        )
+    for item in value:
+        if not isinstance(item, str) or not item.strip() or has_control_chars(item):
+            raise invalid(function, field, "must hold only model names (non-empty strings)")
+
+
+def fallback_allowed(cfg: dict[str, Any], model: str) -> bool:
+    """Whether a read of a namespace with (effective) config ``cfg`` may use ``model`` as its
+    fallback_model: any model unless ``allowed_fallback_models`` is set."""
+    allowed = cfg.get("allowed_fallback_models")
+    return allowed is None or model in allowed
 
 
 def effective_config(cfg: dict[str, Any]) -> dict[str, Any]:

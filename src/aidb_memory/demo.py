@@ -647,13 +647,15 @@ def _model(admin: Connection, endpoint: Endpoint | None) -> None:
             _say(
                 """
                 The key goes into the database with set_secret, where no API role can read it
-                and no message shows it; $1 is the value of OPENAI_API_KEY (not shown):
+                and no message shows it; $1 is the value of OPENAI_API_KEY (not shown), and $2
+                the endpoint above: the only one the key may ever be sent to:
                 """
             )
             _run(
                 admin,
-                f"SELECT aidb_memory.set_secret(name => '{SECRET}', value => $1);",
-                (endpoint.api_key,),
+                f"SELECT aidb_memory.set_secret(name => '{SECRET}', value => $1, "
+                "endpoints => ARRAY[$2]);",
+                (endpoint.api_key, endpoint.base_url),
             )
             options["api_key_secret"] = SECRET
         options |= {"timeout_s": 30, "max_retries": 1}

@@ -261,7 +261,7 @@ def test_demo_with_an_endpoint_compacts_with_that_model(
     model = _step(steps, "A model for compaction")
     said = " ".join(model.split())
     assert f"using the OpenAI-compatible endpoint {base_url} with the model demo-chat-model" in said
-    assert "set_secret(name => 'helpdesk_openai_key', value => $1)" in model
+    assert "set_secret(name => 'helpdesk_openai_key', value => $1, endpoints => ARRAY[$2])" in model
     assert '"api_key_secret": "helpdesk_openai_key"' in model
 
     # The endpoint got the one compaction request, with OPENAI_MODEL and the stored key.

@@ -163,7 +163,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 def register(db: Database, name: str, base_url: str, **options: Any) -> None:
     """An openai model at ``base_url``, its key stored with set_secret."""
-    db.sql("SELECT aidb_memory.set_secret('doctor_key', %s)", (KEY,))
+    db.sql("SELECT aidb_memory.set_secret('doctor_key', %s, ARRAY[%s])", (KEY, base_url))
     opts = {
         "model": "fake-chat",
         "base_url": base_url,

@@ -50,7 +50,7 @@ def _usage(db: Database) -> list[tuple[Any, ...]]:
 
 
 def test_model_check_returns_the_reply_and_records_usage(db: Database, fake: FakeOpenAI) -> None:
-    db.sql("SELECT aidb_memory.set_secret('fake_key', %s)", (SECRET,))
+    db.sql("SELECT aidb_memory.set_secret('fake_key', %s, ARRAY[%s])", (SECRET, fake.base_url))
     _register(db, "chat", fake.base_url, api_key_secret="fake_key")
     fake.queue(Reply(content="OK, I am here." + "x" * 300))
     result = _check(db, "chat", "Say OK please.")
@@ -90,7 +90,7 @@ def test_the_default_prompt(db: Database, fake: FakeOpenAI) -> None:
 def test_failed_calls_are_ok_false_with_an_error_row(
     db: Database, fake: FakeOpenAI, reply: Reply, words: str
 ) -> None:
-    db.sql("SELECT aidb_memory.set_secret('fake_key', %s)", (SECRET,))
+    db.sql("SELECT aidb_memory.set_secret('fake_key', %s, ARRAY[%s])", (SECRET, fake.base_url))
     _register(db, "chat", fake.base_url, api_key_secret="fake_key")
     fake.queue(reply)
     result = _check(db, "chat")
@@ -106,8 +106,9 @@ def test_failed_calls_are_ok_false_with_an_error_row(
 
 
 def test_connection_refused_is_ok_false(db: Database) -> None:
-    db.sql("SELECT aidb_memory.set_secret('fake_key', %s)", (SECRET,))
-    _register(db, "chat", f"http://127.0.0.1:{refused_port()}/v1", api_key_secret="fake_key")
+    url = f"http://127.0.0.1:{refused_port()}/v1"
+    db.sql("SELECT aidb_memory.set_secret('fake_key', %s, ARRAY[%s])", (SECRET, url))
+    _register(db, "chat", url, api_key_secret="fake_key")
     result = _check(db, "chat")
     assert result["ok"] is False
     assert "connection failed" in result["error"]
@@ -171,11 +172,11 @@ def test_cancelling_a_slow_call_ends_the_statement_promptly(db: Database, fake: 
 
 
 def test_a_key_from_the_servers_environment_that_is_missing(db: Database, fake: FakeOpenAI) -> None:
-    _register(db, "chat", fake.base_url, api_key_env="AIDB_MEMORY_TEST_NO_SUCH_KEY")
+    _register(db, "chat", fake.base_url, api_key_env="AIDB_MEMORY_TEST_NO_SUCH_API_KEY")
     result = _check(db, "chat")
     assert result["ok"] is False
     assert result["error"] == (
-        "the environment variable AIDB_MEMORY_TEST_NO_SUCH_KEY is not set in the server"
+        "the environment variable AIDB_MEMORY_TEST_NO_SUCH_API_KEY is not set in the server"
     )
     assert fake.calls() == []
     assert [r[8] for r in _usage(db)] == ["error"]

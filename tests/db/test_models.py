@@ -87,7 +87,11 @@ def test_models_view_has_exactly_these_columns(db: Database) -> None:
 
 
 def test_a_model_with_a_stored_secret_and_dropping_secrets(db: Database) -> None:
-    stored = db.sql("SELECT aidb_memory.set_secret('openai', %s)", (SECRET,), user=ADMIN_USER)
+    stored = db.sql(
+        "SELECT aidb_memory.set_secret('openai', %s, ARRAY[%s])",
+        (SECRET, OPENAI["base_url"]),
+        user=ADMIN_USER,
+    )
     assert stored == [("",)], "returns void, not the value"
     options = {**OPENAI, "api_key_secret": "openai", "timeout_s": 20, "max_retries": 2}
     db.sql(
@@ -263,7 +267,9 @@ def test_a_secret_value_never_appears_in_a_message_a_view_or_the_catalog(db: Dat
             lambda d: notices.append(f"{d.message_primary} {d.message_detail} {d.message_hint}")
         )
         conn.execute("SET client_min_messages = debug5")
-        conn.execute("SELECT aidb_memory.set_secret('key', %s)", (SECRET,))
+        conn.execute(
+            "SELECT aidb_memory.set_secret('key', %s, ARRAY[%s])", (SECRET, OPENAI["base_url"])
+        )
         conn.execute("SELECT aidb_memory.set_secret('key', %s)", (SECRET,))  # a replace
         for bad in (
             ("key", SECRET + "\n"),

@@ -30,12 +30,25 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from aidb_memory_server import db, llm
 
     executed: list[tuple[str, tuple[Any, ...]]] = []
-    secrets = {"stored": SECRET}
+    secrets = {"stored": SECRET, "elsewhere": SECRET}
+    # Where each stored secret may be sent (the endpoints column).
+    bindings: dict[str, list[str] | None] = {
+        "stored": ["https://api.openai.com:443"],
+        "elsewhere": ["https://other.example:443"],
+    }
+    env_pattern: list[str | None] = [None]
+    llm.bindings = bindings
+    llm.env_pattern = env_pattern
 
     def execute(sql: str, types: Any = (), params: Any = ()) -> _Rows:
         executed.append((sql, tuple(params)))
-        if sql == llm._SECRET:
-            return _Rows([{"value": secrets[params[0]]}] if params[0] in secrets else [])
+        if sql in (llm._SECRET, llm._BINDING):
+            name = params[0]
+            if name not in secrets:
+                return _Rows()
+            return _Rows([{"value": secrets[name], "endpoints": bindings.get(name)}])
+        if sql == llm._ENV_PATTERN:
+            return _Rows([{"value": env_pattern[0]}] if env_pattern[0] is not None else [])
         return _Rows()
 
     monkeypatch.setattr(db, "execute", execute)
@@ -58,28 +71,61 @@ def test_a_key_from_a_stored_secret(llm: Any) -> None:
 
 
 def test_a_key_from_the_environment(llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIDB_UNIT_KEY", SECRET)
-    assert llm._api_key(_model(llm, api_key_env="AIDB_UNIT_KEY")) == SECRET
-    monkeypatch.delenv("AIDB_UNIT_KEY")
+    monkeypatch.setenv("AIDB_UNIT_API_KEY", SECRET)
+    assert llm._api_key(_model(llm, api_key_env="AIDB_UNIT_API_KEY")) == SECRET
+    monkeypatch.delenv("AIDB_UNIT_API_KEY")
     with pytest.raises(llm._Failure) as info:
-        llm._api_key(_model(llm, api_key_env="AIDB_UNIT_KEY"))
-    assert "AIDB_UNIT_KEY is not set" in info.value.message
+        llm._api_key(_model(llm, api_key_env="AIDB_UNIT_API_KEY"))
+    assert "AIDB_UNIT_API_KEY is not set" in info.value.message
     assert llm._api_key(_model(llm)) == ""
+
+
+def test_a_secret_goes_only_to_its_endpoints(llm: Any) -> None:
+    with pytest.raises(llm._Failure) as info:
+        llm._api_key(_model(llm, api_key_secret="elsewhere"))
+    assert info.value.message == (
+        'refused: the secret "elsewhere" may not be sent to https://api.openai.com:443'
+    )
+    assert info.value.public == "the model may not use its key"
+    llm.bindings["elsewhere"] = None  # a row no binding was ever made for goes nowhere
+    with pytest.raises(llm._Failure):
+        llm._api_key(_model(llm, api_key_secret="elsewhere"))
+    assert llm.key_refusal(_model(llm, api_key_secret="stored")) is None
+    assert llm.key_refusal(_model(llm, api_key_secret="elsewhere")) is not None
+    assert llm.key_refusal(_model(llm, api_key_secret="gone")) is None  # fails as "not stored"
+
+
+def test_a_key_variable_must_be_on_the_allow_list(
+    llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BACKUP_S3_SECRET", SECRET)
+    with pytest.raises(llm._Failure) as info:
+        llm._api_key(_model(llm, api_key_env="BACKUP_S3_SECRET"))
+    assert info.value.message == (
+        "refused: the environment variable BACKUP_S3_SECRET is not an allowed key variable "
+        "(allowed: *_API_KEY)"
+    )
+    llm.env_pattern[0] = "*_API_KEY, BACKUP_*"
+    assert llm._api_key(_model(llm, api_key_env="BACKUP_S3_SECRET")) == SECRET
+    assert llm.key_refusal(_model(llm, api_key_env="BACKUP_S3_SECRET")) is None
 
 
 def test_redaction_and_length(llm: Any) -> None:
     assert llm._redact(f"bad key {SECRET}!", SECRET) == "bad key [redacted]!"
     assert len(llm._redact("x" * 1000, SECRET)) == llm.ERROR_CHARS
     assert llm._redact("no key", "") == "no key"
+    assert llm._redact("for url 'http://u:p@h/v1?t=1'", "") == (
+        "for url 'http://[redacted]@h/v1?[redacted]'"
+    )
 
 
 def test_a_call_with_the_environment_key_records_usage(
     llm: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AIDB_UNIT_KEY", SECRET)
+    monkeypatch.setenv("AIDB_UNIT_API_KEY", SECRET)
     with serve() as fake:
         fake.queue(Reply(content="Hello."))
-        model = _model(llm, api_key_env="AIDB_UNIT_KEY", base_url=fake.base_url)
+        model = _model(llm, api_key_env="AIDB_UNIT_API_KEY", base_url=fake.base_url)
         messages = [{"role": "user", "content": "Hi"}]
         result = llm.complete(model, messages, purpose="check", namespace_id=7, timeout_s=5)
         assert (result.outcome, result.text, result.error) == ("ok", "Hello.", None)
@@ -94,13 +140,14 @@ def test_a_call_with_the_environment_key_records_usage(
 
 
 def test_a_failed_call_never_shows_the_key(llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIDB_UNIT_KEY", SECRET)
+    monkeypatch.setenv("AIDB_UNIT_API_KEY", SECRET)
     with serve() as fake:
         fake.queue(Reply(status=401, raw=f'{{"error": {{"message": "bad key {SECRET}"}}}}'))
-        model = _model(llm, api_key_env="AIDB_UNIT_KEY", base_url=fake.base_url)
+        model = _model(llm, api_key_env="AIDB_UNIT_API_KEY", base_url=fake.base_url)
         result = llm.complete(model, [{"role": "user", "content": "Hi"}], purpose="check")
     assert result.outcome == "error"
     assert "HTTP 401" in result.error
+    assert result.public_error == "HTTP 401"
     assert SECRET not in result.error
     assert all(SECRET not in str(params) for _, params in llm.executed)
 

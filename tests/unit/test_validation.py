@@ -130,9 +130,25 @@ def test_model_spec_values_must_be_non_empty_strings(value: Any) -> None:
 
 
 def test_every_default_is_valid_config() -> None:
-    assert validation.config("init", dict(validation.CONFIG_DEFAULTS)) == (
-        validation.CONFIG_DEFAULTS
-    )
+    # A default of None (allowed_fallback_models: no fence) is "absent", as a null key is.
+    assert validation.config("init", dict(validation.CONFIG_DEFAULTS)) == {
+        k: v for k, v in validation.CONFIG_DEFAULTS.items() if v is not None
+    }
+
+
+def test_the_fallback_fence() -> None:
+    assert validation.fallback_allowed(validation.effective_config({}), "any")
+    fenced = validation.effective_config({"allowed_fallback_models": ["cheap"]})
+    assert validation.fallback_allowed(fenced, "cheap")
+    assert not validation.fallback_allowed(fenced, "premium")
+    assert not validation.fallback_allowed({"allowed_fallback_models": []}, "cheap")
+    assert validation.config("init", {"allowed_fallback_models": ["a", "b"]}) == {
+        "allowed_fallback_models": ["a", "b"]
+    }
+    for bad in ("a", {"a": 1}, [None], ["a\n"], ["x"] * 101):
+        with pytest.raises(ApiError) as info:
+            validation.config("init", {"allowed_fallback_models": bad})
+        assert info.value.message.startswith("aidb_memory.init: config.allowed_fallback_models ")
 
 
 def test_config_accepts_limits_at_both_ends() -> None:
