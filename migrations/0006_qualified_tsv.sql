@@ -19,30 +19,37 @@ ALTER TABLE aidb_memory.memory
 CREATE INDEX memory_tsv_idx ON aidb_memory.memory USING gin (namespace_id, actor_id, tsv)
     WHERE valid_to IS NULL;
 
+-- Whatever of ours still uses a function, operator or type of another schema. The install
+-- script pins the search_path, so the names here are pg_catalog's.
 DO $$
 DECLARE
     bound text;
 BEGIN
-    SELECT pg_catalog.string_agg(
-               pg_catalog.format('%s uses %s',
-                                 pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid),
-                                 pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0)),
-               '; ')
+    SELECT string_agg(pg_describe_object(d.classid, d.objid, d.objsubid) || ' uses '
+                      || pg_describe_object(d.refclassid, d.refobjid, 0), '; ')
       INTO bound
-      FROM pg_catalog.pg_depend AS d
-      JOIN (SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass AS class, p.oid, p.pronamespace AS ns
-              FROM pg_catalog.pg_proc AS p
-            UNION ALL
-            SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, o.oprnamespace
-              FROM pg_catalog.pg_operator AS o
-            UNION ALL
-            SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, t.typnamespace
-              FROM pg_catalog.pg_type AS t) AS r
-        ON r.class OPERATOR(pg_catalog.=) d.refclassid AND r.oid OPERATOR(pg_catalog.=) d.refobjid
-     CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) AS mine
-     WHERE mine.schema OPERATOR(pg_catalog.=) 'aidb_memory'
-       AND r.ns OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog'::pg_catalog.regnamespace,
-                                                   'aidb_memory'::pg_catalog.regnamespace]);
+    FROM pg_depend AS d
+    JOIN (SELECT 'pg_proc'::regclass AS class, oid, pronamespace AS ns FROM pg_proc
+          UNION ALL SELECT 'pg_operator'::regclass, oid, oprnamespace FROM pg_operator
+          UNION ALL SELECT 'pg_type'::regclass, oid, typnamespace FROM pg_type) AS used
+      ON used.class = d.refclassid AND used.oid = d.refobjid
+    WHERE used.ns <> ALL (ARRAY['pg_catalog'::regnamespace, 'aidb_memory'::regnamespace])
+      AND 'aidb_memory'::regnamespace = CASE d.classid
+          WHEN 'pg_class'::regclass THEN (SELECT relnamespace FROM pg_class WHERE oid = d.objid)
+          WHEN 'pg_attrdef'::regclass THEN
+              (SELECT c.relnamespace FROM pg_attrdef AS a JOIN pg_class AS c ON c.oid = a.adrelid
+               WHERE a.oid = d.objid)
+          WHEN 'pg_constraint'::regclass THEN
+              (SELECT connamespace FROM pg_constraint WHERE oid = d.objid)
+          WHEN 'pg_rewrite'::regclass THEN
+              (SELECT c.relnamespace FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
+               WHERE r.oid = d.objid)
+          WHEN 'pg_trigger'::regclass THEN
+              (SELECT c.relnamespace FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
+               WHERE t.oid = d.objid)
+          WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+          WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objid)
+      END;
     IF bound IS NOT NULL THEN
         RAISE EXCEPTION 'aidb_memory: objects of schema aidb_memory use functions, operators or '
             'types of another schema: %', bound

@@ -127,10 +127,10 @@ class Names:
                     self.operators.update({">=", "<="})
             elif kind == "SubLink":
                 self._name(self.operators, value.get("operName") or [{"String": {"sval": "="}}])
-            elif kind == "CaseExpr" and value.get("arg"):
-                self.operators.add("=")
-            elif kind == "JoinExpr" and (value.get("usingClause") or value.get("isNatural")):
-                self.operators.add("=")
+            elif (kind == "CaseExpr" and value.get("arg")) or (
+                kind == "JoinExpr" and (value.get("usingClause") or value.get("isNatural"))
+            ):
+                self.operators.add("=")  # CASE x WHEN, JOIN USING: equality by name
             elif kind == "A_Const" and isinstance(value.get("sval"), dict):
                 self.sql(str(value["sval"].get("sval", "")))  # EXECUTE '...', format('...')
             elif kind == "CreateFunctionStmt":
@@ -278,19 +278,22 @@ class Trap:
             operators = conn.execute(_OPERATORS, (sorted(names.operators),)).fetchall()
             conn.rollback()
         statements: list[tuple[str, str]] = []
-        arities: dict[str, set[int]] = {}
+        # name -> arity -> the result of an overload with that arity, for the all-text variant
+        # (the same result type, so that a column or default binds it without complaint).
+        arities: dict[str, dict[int, str]] = {}
         exact: set[tuple[str, str]] = set()
         for name, args, result, types, nargs in functions:
-            arities.setdefault(name, set()).add(nargs)
+            plain = not (types[-1].startswith("any") or _UNDECLARABLE & {types[-1]})
+            arities.setdefault(name, {}).setdefault(nargs, result if plain else "text")
             exact.add((name, ", ".join(types[:-1])))
             if _UNDECLARABLE & {t.removeprefix("VARIADIC ") for t in types}:
                 continue
             statements.append((f"{name}({args})", self._function(name, args, result)))
-        for name, counts in sorted(arities.items()):
-            for n in sorted(counts):
+        for name, results in sorted(arities.items()):
+            for n, result in sorted(results.items()):
                 args = ", ".join(["text"] * n)
                 if (name, args) not in exact:
-                    statements.append((f"{name}({args})", self._function(name, args, "text")))
+                    statements.append((f"{name}({args})", self._function(name, args, result)))
         for i, (name, left, right, result) in enumerate(operators):
             if _UNDECLARABLE & {left, right, result}:
                 continue
@@ -376,21 +379,39 @@ def ok(result: Any, what: str) -> str:
     return str(result.stdout)
 
 
+# Run on a pinned connection: the names are pg_catalog's.
+_FOREIGN_BINDINGS = """
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) || ' uses '
+       || pg_describe_object(d.refclassid, d.refobjid, 0)
+FROM pg_depend AS d
+JOIN (SELECT 'pg_proc'::regclass AS class, oid, pronamespace AS ns FROM pg_proc
+      UNION ALL SELECT 'pg_operator'::regclass, oid, oprnamespace FROM pg_operator
+      UNION ALL SELECT 'pg_type'::regclass, oid, typnamespace FROM pg_type) AS used
+  ON used.class = d.refclassid AND used.oid = d.refobjid
+WHERE used.ns <> ALL (ARRAY['pg_catalog'::regnamespace, 'aidb_memory'::regnamespace])
+  AND 'aidb_memory'::regnamespace = CASE d.classid
+      WHEN 'pg_class'::regclass THEN (SELECT relnamespace FROM pg_class WHERE oid = d.objid)
+      WHEN 'pg_attrdef'::regclass THEN
+          (SELECT c.relnamespace FROM pg_attrdef AS a JOIN pg_class AS c ON c.oid = a.adrelid
+           WHERE a.oid = d.objid)
+      WHEN 'pg_constraint'::regclass THEN
+          (SELECT connamespace FROM pg_constraint WHERE oid = d.objid)
+      WHEN 'pg_rewrite'::regclass THEN
+          (SELECT c.relnamespace FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
+           WHERE r.oid = d.objid)
+      WHEN 'pg_trigger'::regclass THEN
+          (SELECT c.relnamespace FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
+           WHERE t.oid = d.objid)
+      WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+      WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objid)
+  END
+"""
+
+
 def foreign_bindings(db: Database) -> list[str]:
     """What of ours depends on a function, operator or type outside pg_catalog and our schema."""
     with pinned(db) as conn:
-        rows = conn.execute(
-            """
-            SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
-                   OPERATOR(pg_catalog.||) ' -> '
-                   OPERATOR(pg_catalog.||) pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0)
-            FROM pg_catalog.pg_depend AS d
-            CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) AS mine
-            CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0) AS used
-            WHERE mine.schema OPERATOR(pg_catalog.=) 'aidb_memory'
-              AND used.schema OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'aidb_memory'])
-            """
-        ).fetchall()
+        rows = conn.execute(_FOREIGN_BINDINGS).fetchall()
     return sorted(r[0] for r in rows)
 
 
@@ -485,7 +506,8 @@ def record_server_pythonpath(db: Database, directory: Path) -> None:
     """What `aidb-memory deps` records (without running pip again): where openai is."""
     with pinned(db) as conn:
         conn.execute(
-            "INSERT INTO aidb_memory.runtime_settings (key, value) VALUES ('server_pythonpath', %s)",
+            "INSERT INTO aidb_memory.runtime_settings (key, value) "
+            "VALUES ('server_pythonpath', %s)",
             (str(directory),),
         )
 
@@ -557,3 +579,98 @@ def test_the_api_and_the_worker_run_nothing_of_the_database_owner(
     trap.plant()
     trap.hostile_search_path()
     use_the_api(owned_db, fake, trap)
+
+
+# --- databases installed before the fix ----------------------------------------------------------
+
+_BENIGN_TO_TSVECTOR = """
+CREATE FUNCTION public.to_tsvector(config text, content text) RETURNS pg_catalog.tsvector
+LANGUAGE sql IMMUTABLE
+RETURN pg_catalog.to_tsvector(config::pg_catalog.regconfig, content)
+"""
+_MEMORY = (
+    "INSERT INTO aidb_memory.memory (namespace_id, actor_id, content, content_hash) "
+    "VALUES (1, 'alice', %s, %s)"
+)
+
+
+def install_before_0006(db: Database, source_tree: Path) -> None:
+    """Install the package as it was before migration 0006 (the same code without it)."""
+    (source_tree / "migrations" / "0006_qualified_tsv.sql").unlink(missing_ok=True)
+    ok(run_cli("install", "--source", str(source_tree), dsn=db.dsn()), "install before 0006")
+
+
+def test_an_upgrade_unbinds_the_look_alike_an_earlier_install_bound_into_memory_tsv(
+    owned_empty_db: Database, source_tree: Path
+) -> None:
+    """Before 0006, to_tsvector('simple', content) bound a public.to_tsvector(text, text) that
+    existed at install, even under the default search_path. The owner's look-alike is harmless
+    until they replace its body; the upgrade must leave memory.tsv bound to pg_catalog, with
+    its index, its data and the word triggers that read it."""
+    db = owned_empty_db
+    with pinned(db, OWNER_USER) as conn:
+        conn.execute(_BENIGN_TO_TSVECTOR)
+    install_before_0006(db, source_tree)
+    with pinned(db) as conn:
+        # What 0005 bound before the install pinned its search_path: the same column, resolved
+        # to the better match (install today resolves it to pg_catalog whatever 0005 says).
+        conn.execute("ALTER TABLE aidb_memory.memory DROP COLUMN tsv")
+        conn.execute(
+            "ALTER TABLE aidb_memory.memory ADD COLUMN tsv tsvector "
+            "GENERATED ALWAYS AS (public.to_tsvector('simple', content)) STORED"
+        )
+        conn.execute(
+            "CREATE INDEX memory_tsv_idx ON aidb_memory.memory "
+            "USING gin (namespace_id, actor_id, tsv) WHERE valid_to IS NULL"
+        )
+        conn.execute(_MEMORY, ("Alice drinks green tea", "h1"))
+    assert any("to_tsvector(text,text)" in b for b in foreign_bindings(db))
+
+    ok(run_cli("install", dsn=db.dsn()), "upgrade")
+
+    assert foreign_bindings(db) == []
+    with pinned(db) as conn:
+        conn.execute(_MEMORY, ("Bob rides a bicycle", "h2"))
+        rows = conn.execute(
+            "SELECT content, tsv = to_tsvector('pg_catalog.simple'::regconfig, content) "
+            "FROM aidb_memory.memory ORDER BY id"
+        ).fetchall()
+        index = conn.execute(
+            "SELECT pg_get_indexdef('aidb_memory.memory_tsv_idx'::regclass)"
+        ).fetchone()
+        words = conn.execute(
+            "SELECT array_agg(word ORDER BY word) FROM aidb_memory.memory_word"
+        ).fetchone()
+    assert rows == [("Alice drinks green tea", True), ("Bob rides a bicycle", True)]
+    assert index is not None and index[0].endswith(
+        "USING gin (namespace_id, actor_id, tsv) WHERE (valid_to IS NULL)"
+    )
+    assert words is not None
+    assert words[0] == sorted(["alice", "drinks", "green", "tea", "bob", "rides", "a", "bicycle"])
+
+
+def test_an_upgrade_refuses_a_database_whose_objects_use_another_schemas_code(
+    owned_empty_db: Database, source_tree: Path
+) -> None:
+    """Anything else of ours found bound outside pg_catalog means an earlier install ran under
+    another role's search_path (and ran their code as a superuser): 0006 stops the upgrade with
+    42501 and a hint instead of carrying on with a database it cannot repair."""
+    db = owned_empty_db
+    install_before_0006(db, source_tree)
+    with pinned(db, OWNER_USER) as conn:
+        conn.execute(_BENIGN_TO_TSVECTOR)
+    with pinned(db) as conn:  # what such an install would have bound
+        conn.execute(
+            "ALTER TABLE aidb_memory.namespace ADD CONSTRAINT planted "
+            "CHECK (public.to_tsvector('simple', name) IS NOT NULL)"
+        )
+
+    result = run_cli("install", dsn=db.dsn())
+
+    assert result.returncode == 1
+    assert "install failed at migrations/0006_qualified_tsv.sql" in result.stderr
+    assert "use functions, operators or types of another schema" in result.stderr
+    assert "constraint planted on table aidb_memory.namespace uses function " in result.stderr
+    with pinned(db) as conn:
+        applied = conn.execute("SELECT name FROM aidb_memory.schema_migrations").fetchall()
+    assert ("0006_qualified_tsv",) not in applied
