@@ -19,8 +19,10 @@ ALTER TABLE aidb_memory.memory
 CREATE INDEX memory_tsv_idx ON aidb_memory.memory USING gin (namespace_id, actor_id, tsv)
     WHERE valid_to IS NULL;
 
--- Whatever of ours still uses a function, operator or type of another schema. The install
--- script pins the search_path, so the names here are pg_catalog's.
+-- Whatever of ours that migrations made (tables, columns, defaults, constraints, indexes,
+-- triggers) still uses a function, operator or type of another schema. Views and functions are
+-- not looked at: the sql/ step that follows re-creates them under the pinned search_path. The
+-- install script pins it for this statement too, so the names here are pg_catalog's.
 DO $$
 DECLARE
     bound text;
@@ -41,22 +43,17 @@ BEGIN
                WHERE a.oid = d.objid)
           WHEN 'pg_constraint'::regclass THEN
               (SELECT connamespace FROM pg_constraint WHERE oid = d.objid)
-          WHEN 'pg_rewrite'::regclass THEN
-              (SELECT c.relnamespace FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
-               WHERE r.oid = d.objid)
           WHEN 'pg_trigger'::regclass THEN
               (SELECT c.relnamespace FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
                WHERE t.oid = d.objid)
-          WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
-          WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objid)
       END;
     IF bound IS NOT NULL THEN
         RAISE EXCEPTION 'aidb_memory: objects of schema aidb_memory use functions, operators or '
             'types of another schema: %', bound
             USING ERRCODE = '42501',
-                  HINT = 'an earlier install ran under a search_path that put another role''s '
-                         'objects before pg_catalog''s, and ran them as a superuser: treat the '
-                         'database as compromised; install into a new database';
+                  HINT = 'an earlier install resolved names through a search_path that put '
+                         'another role''s objects first, and may have run them as a superuser: '
+                         'treat this database as compromised and install into a new one';
     END IF;
 END
 $$;

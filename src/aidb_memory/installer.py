@@ -176,8 +176,10 @@ def install(
                 try:
                     conn.execute(step.sql.encode())
                 except psycopg.Error as e:
+                    hint = e.diag.message_hint
                     raise CliError(
                         f"aidb-memory: install failed at {step.what}: {first_line(e)}"
+                        + (f" (hint: {hint})" if hint else "")
                     ) from e
     finally:
         conn.remove_notice_handler(on_notice)

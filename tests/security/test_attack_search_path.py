@@ -671,6 +671,7 @@ def test_an_upgrade_refuses_a_database_whose_objects_use_another_schemas_code(
     assert "install failed at migrations/0006_qualified_tsv.sql" in result.stderr
     assert "use functions, operators or types of another schema" in result.stderr
     assert "constraint planted on table aidb_memory.namespace uses function " in result.stderr
+    assert "(hint: an earlier install resolved names through a search_path" in result.stderr
     with pinned(db) as conn:
         applied = conn.execute("SELECT name FROM aidb_memory.schema_migrations").fetchall()
     assert ("0006_qualified_tsv",) not in applied
