@@ -60,30 +60,47 @@ class Names:
     operators: set[str] = field(default_factory=set)
     seen: set[str] = field(default_factory=set)
 
-    def sql(self, text: str) -> None:
-        """Every statement of ``text``; a string that is not SQL is ignored."""
+    def sql(self, text: str) -> bool:
+        """Every statement of ``text``; a string that is not SQL is ignored (False)."""
         if text in self.seen:
-            return
+            return True
         self.seen.add(text)
         try:
             tree = json.loads(pglast.parser.parse_sql_json(text))
         except pglast.parser.ParseError:
-            return
+            return False
         for raw in tree.get("stmts", ()):
             location = raw.get("stmt_location", 0)
             length = raw.get("stmt_len") or len(text.encode()) - location
             statement = text.encode()[location : location + length].decode()
             self._node(raw["stmt"], statement)
+        return True
 
     def python(self, source: str) -> None:
-        """The SQL string constants of Python source (server modules, stubs, the CLI)."""
+        """The SQL strings of Python source (server modules, stubs, the CLI): string constants,
+        f-strings and ``str.format`` templates with the module's own string constants (or NULL)
+        put in their fields, and fragments such as a WHERE condition, read as expressions."""
         try:
             tree = ast.parse(source)
         except SyntaxError:
             return
+        constants: dict[str, str] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name):
+                    text = _python_text(node.value, constants)
+                    if text is not None:
+                        constants[target.id] = text
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                self.sql(node.value)
+            if isinstance(node, ast.Constant | ast.JoinedStr):
+                text = _python_text(node, constants)
+                if text is None:
+                    continue
+                filled = re.sub(r"\{(\w*)\}", lambda m: constants.get(m.group(1), "NULL"), text)
+                for candidate in (text, filled, "SELECT " + text, "SELECT " + filled):
+                    if self.sql(candidate):
+                        break
 
     def plpgsql(self, create_statement: str) -> None:
         """The queries and expressions of a PL/pgSQL function (a CREATE FUNCTION statement)."""
@@ -177,6 +194,29 @@ class Names:
             self.plpgsql(
                 f"CREATE FUNCTION do_block() RETURNS void LANGUAGE plpgsql AS {tag}{body}{tag}"
             )
+
+
+def _python_text(node: ast.expr, constants: dict[str, str]) -> str | None:
+    """The text of a string expression, fields filled from ``constants`` (else NULL)."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.FormattedValue):
+                inner = value.value
+                name = inner.id if isinstance(inner, ast.Name) else ""
+                parts.append(constants.get(name, "NULL"))
+            else:
+                parts.append(_python_text(value, constants) or "")
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left = _python_text(node.left, constants)
+        right = _python_text(node.right, constants)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    return None
 
 
 def names_we_use() -> Names:
