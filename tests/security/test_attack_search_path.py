@@ -556,8 +556,9 @@ def test_install_and_every_cli_command_run_nothing_of_the_database_owner(
     owned_empty_db: Database, fake: FakeOpenAI, server_pylib: Path
 ) -> None:
     """Acceptance 1: the owner plants look-alikes and a hostile database search_path before a
-    superuser installs; install, a no-op re-install, status, verify, doctor, `sql | psql`, an
-    install by a library caller on its own connection, and uninstall call none of them."""
+    superuser installs; install, a no-op re-install, status, verify, doctor, deps, `sql | psql`,
+    an install by a library caller on its own connection, the API and the worker, and uninstall
+    call none of them."""
     db = owned_empty_db
     trap = Trap(db)
     trap.plant()
@@ -573,6 +574,10 @@ def test_install_and_every_cli_command_run_nothing_of_the_database_owner(
     for command in (["status"], ["status", "--json"], ["verify"], ["doctor"]):
         ok(run_cli(*command, dsn=db.dsn()), " ".join(command))
         trap.assert_quiet(" ".join(command))
+    # deps reads the state and probes the server's Python before it would run pip: stop there.
+    deps = run_cli("deps", "--python", "/nonexistent/python3", dsn=db.dsn())
+    assert "cannot run --python /nonexistent/python3" in deps.stderr, deps.stderr
+    trap.assert_quiet("deps")
     script = ok(run_cli("sql"), "sql")
     ok(psql(db.dsn(), input=script), "aidb-memory sql | psql")
     trap.assert_quiet("aidb-memory sql | psql")
