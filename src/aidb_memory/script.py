@@ -65,8 +65,9 @@ def preamble() -> list[Step]:
     return [
         # Before anything is resolved: a search_path set by the database's owner (ALTER DATABASE
         # ... SET search_path = public, pg_catalog) would otherwise make this superuser's script
-        # call the owner's functions and operators, and bind them into our tables for good.
-        # Not a statement: SET names nothing through the search_path and takes no snapshot.
+        # call the owner's functions and operators, and bind them into our tables for good. So
+        # nothing below needs qualifying. A SET resolves no name and takes no snapshot, so SET
+        # TRANSACTION ISOLATION LEVEL may still follow it.
         Step("search path", f"SET LOCAL search_path = {PINNED_SEARCH_PATH}"),
         # Read committed whatever default_transaction_isolation says: an installer that waited
         # for the lock must see what the one before it committed (a snapshot taken before the
@@ -166,9 +167,7 @@ END IF;"""
     return steps
 
 
-_CODE_FLAG = (
-    "pg_catalog.current_setting('aidb_memory.install_code', true) OPERATOR(pg_catalog.=) 'on'"
-)
+_CODE_FLAG = "current_setting('aidb_memory.install_code', true) = 'on'"
 
 
 def code_steps(bundle: CodeBundle) -> list[Step]:
@@ -177,15 +176,15 @@ def code_steps(bundle: CodeBundle) -> list[Step]:
         f"""SELECT value INTO recorded FROM {SCHEMA}.runtime_settings WHERE key = 'code_checksum';
 SELECT value INTO fingerprint FROM {SCHEMA}.runtime_settings WHERE key = 'catalog_fingerprint';
 IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)}
-   AND pg_catalog.to_regprocedure('{SCHEMA}.catalog_fingerprint()') IS NOT NULL THEN
+   AND to_regprocedure('{SCHEMA}.catalog_fingerprint()') IS NOT NULL THEN
     -- Dynamic, because the function does not exist before the first install.
     EXECUTE 'SELECT {SCHEMA}.catalog_fingerprint()' INTO current;
 END IF;
 IF current IS NOT NULL AND current = fingerprint THEN
-    PERFORM pg_catalog.set_config('aidb_memory.install_code', 'off', true);
+    PERFORM set_config('aidb_memory.install_code', 'off', true);
     {_notice(f"code is up to date (version {__version__}, generation {bundle.generation})")}
 ELSE
-    PERFORM pg_catalog.set_config('aidb_memory.install_code', 'on', true);
+    PERFORM set_config('aidb_memory.install_code', 'on', true);
 END IF;""",
         declare="    recorded text;\n    fingerprint text;\n    current text;",
     )
