@@ -60,6 +60,12 @@ COMMENT ON FUNCTION aidb_memory.event_remaining() IS
 -- A procedure, so that it commits after each claim and each event. PostgreSQL allows COMMIT only
 -- in a SECURITY INVOKER procedure without SET: it has no rights of its own and calls only the
 -- functions above, which its caller (an aidb_workers member) may execute.
+-- Without SET, it runs under its caller's search_path, which the database's owner may have set
+-- to put their own operators (`<`, `=`, `+`) before pg_catalog's; a superuser or pg_cron job
+-- calling it would run them. So its first statement pins the search_path for the transaction,
+-- and so does the statement after every COMMIT (a local setting ends with its transaction);
+-- nothing is evaluated before the pin, and variables have schema-qualified types (plpgsql
+-- resolves them when it compiles the body). The codebundle lint enforces all three.
 CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     max_events integer DEFAULT 100,
     lease_s integer DEFAULT 300,
@@ -72,9 +78,10 @@ CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    claimed bigint;
-    outcome text;
+    claimed pg_catalog.int8;
+    outcome pg_catalog.text;
 BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     processed := 0;
     failed := 0;
     retried := 0;
@@ -86,6 +93,7 @@ BEGIN
         claimed := aidb_memory.event_claim(lease_s);
         EXIT WHEN claimed IS NULL;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         BEGIN
             outcome := aidb_memory.event_process(claimed, max_attempts, backoff_s);
         EXCEPTION
@@ -95,6 +103,7 @@ BEGIN
                 outcome := aidb_memory.event_error(claimed, max_attempts, backoff_s, SQLERRM);
         END;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF outcome IN ('processed', 'skipped') THEN
             processed := processed + 1;
         ELSIF outcome = 'failed' THEN

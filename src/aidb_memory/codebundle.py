@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pglast
+
 from aidb_memory import __version__
 from aidb_memory.migrations import SqlSourceError, parse_statements
 from aidb_memory.sources import SourceTree
@@ -189,6 +191,7 @@ def _lint_function(path: Path, stmt: Any, text: str) -> None:
         )
     if getattr(stmt, "is_procedure", False) and body is None:
         _lint_invoker_procedure(path, name, options)
+        _lint_procedure_pins_search_path(path, name, options, text)
         return
     if not any(n == "security" and getattr(arg, "boolval", False) for n, arg in options):
         raise SqlSourceError(f"sql/{path.name}: {name} must be SECURITY DEFINER (SPEC §6)")
@@ -232,6 +235,82 @@ def _lint_invoker_procedure(path: Path, name: str, options: list[tuple[str, Any]
         raise SqlSourceError(
             f"sql/{path.name}: procedure {name} has a SET clause, which forbids COMMIT inside it"
         )
+
+
+# What an invoker procedure runs first, and again after each COMMIT or ROLLBACK (as PL/pgSQL
+# reports a PERFORM: the query it runs).
+PIN_STATEMENT = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"
+_DECLARE_SECTION = re.compile(r"\bDECLARE\b(.*?)\bBEGIN\b", re.IGNORECASE | re.DOTALL)
+_DECLARATION = re.compile(
+    r"^\s*(?P<var>\w+)\s+(?:CONSTANT\s+)?(?P<type>[^\s;:=]+)", re.IGNORECASE | re.DOTALL
+)
+
+
+def _is_pin(statement: Any) -> bool:
+    perform = statement.get("PLpgSQL_stmt_perform") if isinstance(statement, dict) else None
+    query = ((perform or {}).get("expr") or {}).get("PLpgSQL_expr", {}).get("query", "")
+    return " ".join(str(query).split()) == PIN_STATEMENT
+
+
+def _statement_lists(node: Any) -> list[list[Any]]:
+    """Every list of PL/pgSQL statements in ``node``: block bodies, branches, loops, handlers."""
+    found: list[list[Any]] = []
+    if isinstance(node, dict):
+        for value in node.values():
+            found.extend(_statement_lists(value))
+    elif isinstance(node, list):
+        if any(isinstance(n, dict) and any(k.startswith("PLpgSQL_stmt_") for k in n) for n in node):
+            found.append(node)
+        for value in node:
+            found.extend(_statement_lists(value))
+    return found
+
+
+def _lint_procedure_pins_search_path(
+    path: Path, name: str, options: list[tuple[str, Any]], text: str
+) -> None:
+    """Without SET, an invoker procedure resolves names through its caller's search_path, which a
+    database owner can point at their own `<` or `=`: a superuser, worker or pg_cron job calling
+    it would run them. So it must pin the search_path before evaluating anything and again after
+    every COMMIT or ROLLBACK (a local setting ends with its transaction), and its variables'
+    types must be qualified (PL/pgSQL resolves them when it compiles the body)."""
+    where = f"sql/{path.name}: procedure {name}"
+    languages = [getattr(arg, "sval", None) for n, arg in options if n == "language"]
+    if languages != ["plpgsql"]:
+        raise SqlSourceError(f"{where} must be LANGUAGE plpgsql (it commits)")
+    pin = f"PERFORM {PIN_STATEMENT[len('SELECT ') :]};"
+    try:
+        (function,) = pglast.parse_plpgsql(text)
+    except pglast.parser.ParseError as e:
+        raise SqlSourceError(f"{where}: PL/pgSQL syntax error: {e}") from e
+    tree = function["PLpgSQL_function"]
+    for datum in tree.get("datums", ()):
+        var = next(iter(datum.values()))
+        if "default_val" in var:
+            raise SqlSourceError(
+                f"{where}: variable {var.get('refname')} has a default, which is evaluated "
+                f"before the first statement; assign it after `{pin}`"
+            )
+    body = [str(arg.sval) for n, args in options if n == "as" for arg in args]
+    for section in _DECLARE_SECTION.findall("\n".join(body)):
+        for declaration in section.split(";"):
+            match = _DECLARATION.match(declaration)
+            if match and not match.group("type").lower().startswith("pg_catalog."):
+                raise SqlSourceError(
+                    f"{where}: variable {match.group('var')} must have a type qualified with "
+                    "pg_catalog. (PL/pgSQL resolves it through the caller's search_path)"
+                )
+    top = tree["action"]["PLpgSQL_stmt_block"].get("body") or []
+    if not top or not _is_pin(top[0]):
+        raise SqlSourceError(f"{where} must start with `{pin}`")
+    for statements in _statement_lists(tree["action"]):
+        for i, statement in enumerate(statements):
+            ends = [k for k in statement if k in ("PLpgSQL_stmt_commit", "PLpgSQL_stmt_rollback")]
+            if ends and not (i + 1 < len(statements) and _is_pin(statements[i + 1])):
+                raise SqlSourceError(
+                    f"{where}: every {ends[0][len('PLpgSQL_stmt_') :].upper()} must be followed "
+                    f"by `{pin}` (a local setting ends with the transaction)"
+                )
 
 
 def _top_level_names(source: str) -> set[str] | None:

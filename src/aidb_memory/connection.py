@@ -92,11 +92,33 @@ def connection_reason(message: str) -> str:
     return line.strip() or "unknown error"
 
 
+# Every statement the CLI sends runs as a superuser, usually in a database whose owner may have
+# set `ALTER DATABASE ... SET search_path = public, pg_catalog` and put functions or operators in
+# public that look like pg_catalog's. Startup options take precedence over database and role
+# settings, so from the first statement on nothing resolves to another role's objects.
+PINNED_OPTION = "-c search_path=pg_catalog,pg_temp"
+
+
+def pinned_options(dsn: str) -> str:
+    """The libpq ``options`` for ``dsn``: the user's own (from the DSN, else PGOPTIONS), then
+    the pinned search_path, which wins because it comes last."""
+    try:
+        given = conninfo.conninfo_to_dict(dsn).get("options")
+    except psycopg.ProgrammingError:
+        given = None  # psycopg.connect reports the malformed DSN
+    if given is None:
+        given = os.environ.get("PGOPTIONS")
+    return f"{given} {PINNED_OPTION}" if given else PINNED_OPTION
+
+
 def connect(dsn: str | None, *, autocommit: bool = False) -> Connection:
-    """Open a connection, turning every libpq failure into a :class:`CliError`."""
+    """Open a connection with the search_path pinned, turning every libpq failure into a
+    :class:`CliError`."""
     resolved = resolve_dsn(dsn)
     try:
-        return psycopg.connect(resolved, autocommit=autocommit, connect_timeout=10)
+        return psycopg.connect(
+            resolved, autocommit=autocommit, connect_timeout=10, options=pinned_options(resolved)
+        )
     except psycopg.ProgrammingError as e:  # malformed DSN
         reason = redact(first_line(e), resolved)
         raise CliError(
@@ -147,7 +169,7 @@ def first_line(error: BaseException) -> str:
 def is_superuser(conn: Connection) -> bool:
     """Whether the connection's role is a superuser."""
     row = conn.execute(
-        "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user"
+        "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user"
     ).fetchone()
     return bool(row and row[0])
 
@@ -178,7 +200,7 @@ def plpython_availability(conn: Connection) -> tuple[str, str | None] | None:
     """``(default_version, installed_version)`` of plpython3u, or None if the server lacks it."""
     row = conn.execute(
         "SELECT default_version, installed_version FROM pg_catalog.pg_available_extensions "
-        "WHERE name = %s",
+        "WHERE name OPERATOR(pg_catalog.=) %s::pg_catalog.name",
         (PLPYTHON_EXTENSION,),
     ).fetchone()
     if not row:

@@ -92,6 +92,8 @@ def probe_server_python(conn: Connection, module: str = SERVER_MODULE) -> dict[s
             # The answer comes back as a NOTICE: a role or database that raised
             # client_min_messages above it must not silence the probe.
             conn.execute("SET LOCAL client_min_messages = notice")
+            # The CLI's connections are pinned already; a library caller's may not be.
+            conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpython3u")
             conn.execute(_PROBE.replace("__MODULE__", json.dumps(module)).encode())
     finally:

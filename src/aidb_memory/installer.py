@@ -13,7 +13,14 @@ from aidb_memory import __version__
 from aidb_memory.codebundle import CodeBundle, load_bundle
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
 from aidb_memory.migrations import Migration, load_migrations
-from aidb_memory.script import INSTALL_LOCK_KEY, NOTICE_PREFIX, SCHEMA, Step, build
+from aidb_memory.script import (
+    INSTALL_LOCK_KEY,
+    NOTICE_PREFIX,
+    PINNED_SEARCH_PATH,
+    SCHEMA,
+    Step,
+    build,
+)
 from aidb_memory.sources import SourceTree, default_tree
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -47,11 +54,22 @@ class State:
     catalog_fingerprint: str | None = None
 
 
+def pin_search_path(conn: Connection) -> None:
+    """Pin the search_path for the rest of the connection's transaction.
+
+    The CLI's connections are pinned from the start (``connection.connect``); a library caller
+    may pass a connection of its own, on which a database-level search_path could put another
+    role's functions and operators before pg_catalog's. Statements that run before this (or in
+    autocommit, where it lasts one statement) qualify every name themselves."""
+    conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (PINNED_SEARCH_PATH,))
+
+
 def read_state(conn: Connection) -> State:
     """Read the installed state; a database without the schema reads as not installed."""
+    pin_search_path(conn)
     exists = conn.execute(
-        "SELECT to_regclass('aidb_memory.schema_migrations') IS NOT NULL, "
-        "to_regclass('aidb_memory.runtime_settings') IS NOT NULL"
+        "SELECT pg_catalog.to_regclass('aidb_memory.schema_migrations') IS NOT NULL, "
+        "pg_catalog.to_regclass('aidb_memory.runtime_settings') IS NOT NULL"
     ).fetchone()
     if not exists or not exists[0]:
         return State(installed=False)
@@ -65,7 +83,7 @@ def read_state(conn: Connection) -> State:
         )
     fingerprint = None
     has_fn = conn.execute(
-        "SELECT to_regprocedure('aidb_memory.catalog_fingerprint()') IS NOT NULL"
+        "SELECT pg_catalog.to_regprocedure('aidb_memory.catalog_fingerprint()') IS NOT NULL"
     ).fetchone()
     if has_fn and has_fn[0]:
         row = conn.execute("SELECT aidb_memory.catalog_fingerprint()").fetchone()
@@ -134,6 +152,7 @@ def install(
 ) -> None:
     """Install or upgrade in one transaction; ``say`` receives one line per thing done."""
     _require_no_transaction(conn, "install")
+    pin_search_path(conn)
     preflight(conn)
     if dry_run:
         _dry_run(conn, package, say)
@@ -151,12 +170,16 @@ def install(
     conn.add_notice_handler(on_notice)
     try:
         with conn.transaction():
+            # The script's first step pins the search_path (a SET: a query here would take the
+            # snapshot before the script's SET TRANSACTION ISOLATION LEVEL).
             for step in package.steps():
                 try:
                     conn.execute(step.sql.encode())
                 except psycopg.Error as e:
+                    hint = e.diag.message_hint
                     raise CliError(
                         f"aidb-memory: install failed at {step.what}: {first_line(e)}"
+                        + (f" (hint: {hint})" if hint else "")
                     ) from e
     finally:
         conn.remove_notice_handler(on_notice)
@@ -189,10 +212,12 @@ def _dry_run(conn: Connection, package: Package, say: Callable[[str], None]) -> 
 def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
     """Drop the schema, then the roles and plpython3u where nothing else uses them."""
     _require_no_transaction(conn, "uninstall")
+    pin_search_path(conn)
     require_superuser(conn, "uninstall")
     # Like install: a transaction of its own, under the installers' lock.
     conn.rollback()
     with conn.transaction():
+        pin_search_path(conn)
         conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (INSTALL_LOCK_KEY,))
         state = read_state(conn)
         created_plpython = state.settings.get("created_plpython3u") == "true"
@@ -202,7 +227,8 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
             if state.settings.get(f"created_{name}") == "true"
         ]
         schema = conn.execute(
-            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (SCHEMA,)
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) %s",
+            (SCHEMA,),
         ).fetchone()
         if schema:
             conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(SCHEMA)))
@@ -215,7 +241,8 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
             _drop_if_unused(conn, say, "EXTENSION", "plpython3u")
         for role in ROLES:
             exists = conn.execute(
-                "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)
+                "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) %s",
+                (role,),
             ).fetchone()
             if exists:
                 _drop_if_unused(conn, say, "ROLE", role)

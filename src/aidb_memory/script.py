@@ -19,6 +19,8 @@ SCHEMA = "aidb_memory"
 # Arbitrary but fixed: every installer of any version takes the same lock.
 INSTALL_LOCK_KEY = 7_460_231_986_145_512_113
 NOTICE_PREFIX = "aidb_memory: "
+# What every statement of ours runs under: nothing that another role can create comes first.
+PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ def _executes(statements: Iterable[str]) -> str:
 def preamble() -> list[Step]:
     """Lock, prerequisites, the schema and the installer's own tables."""
     return [
+        # Before anything is resolved: a search_path set by the database's owner (ALTER DATABASE
+        # ... SET search_path = public, pg_catalog) would otherwise make this superuser's script
+        # call the owner's functions and operators, and bind them into our tables for good. So
+        # nothing below needs qualifying. A SET resolves no name and takes no snapshot, so SET
+        # TRANSACTION ISOLATION LEVEL may still follow it.
+        Step("search path", f"SET LOCAL search_path = {PINNED_SEARCH_PATH}"),
         # Read committed whatever default_transaction_isolation says: an installer that waited
         # for the lock must see what the one before it committed (a snapshot taken before the
         # lock was granted would not, and its install would fail).

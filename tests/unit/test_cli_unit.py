@@ -12,11 +12,13 @@ import pytest
 
 from aidb_memory import cli, deps
 from aidb_memory.connection import (
+    PINNED_OPTION,
     CliError,
     connect,
     connection_failure,
     connection_reason,
     describe,
+    pinned_options,
     redact,
     resolve_dsn,
 )
@@ -295,3 +297,27 @@ def test_require_pip_names_the_fix_when_pip_is_missing(tmp_path: Path) -> None:
 
 def test_require_pip_accepts_an_interpreter_with_pip(tmp_path: Path) -> None:
     deps.require_pip(_fake_python(tmp_path, "echo pip 23.0 from somewhere\n"))
+
+
+# --- every CLI connection pins the search_path (issue 9) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dsn", "env", "expected"),
+    [
+        ("host=h dbname=d", None, PINNED_OPTION),
+        ("host=h options='-c work_mem=8MB'", None, f"-c work_mem=8MB {PINNED_OPTION}"),
+        ("postgresql://h/d?options=-c%20geqo%3Doff", None, f"-c geqo=off {PINNED_OPTION}"),
+        # libpq reads PGOPTIONS only when the DSN has none; passing options replaces it.
+        ("host=h", "-c jit=off", f"-c jit=off {PINNED_OPTION}"),
+        ("host=h options='-c geqo=off'", "-c jit=off", f"-c geqo=off {PINNED_OPTION}"),
+        # The user's own search_path comes first and so loses.
+        ("options='-c search_path=public'", None, f"-c search_path=public {PINNED_OPTION}"),
+    ],
+)
+def test_the_search_path_option_is_appended_to_the_users_options(
+    clean_env: pytest.MonkeyPatch, dsn: str, env: str | None, expected: str
+) -> None:
+    if env is not None:
+        clean_env.setenv("PGOPTIONS", env)
+    assert pinned_options(dsn) == expected

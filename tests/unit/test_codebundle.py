@@ -382,3 +382,61 @@ def test_targets_may_be_defined_or_imported_at_top_level(source_tree: Path) -> N
     bundle = load_bundle(SourceTree(source_tree))
     assert bundle.sql_files[-1].name == "95_extra.sql"
     assert len(bundle.sql_files[-1].statements) == 3
+
+
+# --- the worker's procedure: SECURITY INVOKER, so it pins its own search_path -----------------
+
+PIN = "PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);"
+
+
+def procedure(declare: str, body: str) -> str:
+    return (
+        "CREATE OR REPLACE PROCEDURE aidb_memory.p(n integer DEFAULT 1)\n"
+        f"LANGUAGE plpgsql\nAS $$\n{declare}BEGIN\n{body}\nEND\n$$;\n"
+    )
+
+
+def test_the_package_worker_procedure_passes_the_pin_lint() -> None:
+    (f,) = [f for f in load_bundle(default_tree()).sql_files if f.name == "70_worker.sql"]
+    assert any("PROCEDURE aidb_memory.process_events" in s and PIN in s for s in f.statements)
+
+
+def test_a_procedure_that_pins_first_and_after_every_commit_passes(tmp_path: Path) -> None:
+    text = procedure(
+        "DECLARE\n    x pg_catalog.int8;\n    y pg_catalog.text;\n",
+        f"{PIN}\nx := 1;\nFOR i IN 1..n LOOP\n  COMMIT;\n  {PIN}\n  IF x < 2 THEN\n"
+        f"    ROLLBACK;\n    {PIN}\n  END IF;\nEND LOOP;",
+    )
+    (f,) = sql_files(tmp_path, text)
+    assert len(f.statements) == 1
+
+
+@pytest.mark.parametrize(
+    ("declare", "body", "error"),
+    [
+        ("", "RAISE NOTICE 'first';", "must start with `PERFORM pg_catalog.set_config("),
+        ("", f"IF n < 1 THEN RETURN; END IF;\n{PIN}", "must start with `PERFORM"),
+        ("", f"{PIN}\nCOMMIT;", "every COMMIT must be followed by `PERFORM"),
+        ("", f"{PIN}\nCOMMIT;\nIF n > 1 THEN RETURN; END IF;\n{PIN}", "every COMMIT must be"),
+        ("", f"{PIN}\nWHILE n > 0 LOOP\n  COMMIT;\nEND LOOP;", "every COMMIT must be"),
+        ("", f"{PIN}\nIF n > 0 THEN ROLLBACK; END IF;", "every ROLLBACK must be"),
+        (
+            "DECLARE\n    x pg_catalog.int4 := n + 1;\n",
+            PIN,
+            "variable x has a default, which is evaluated before the first statement",
+        ),
+        ("DECLARE\n    x text;\n", PIN, "variable x must have a type qualified with pg_catalog."),
+        ("DECLARE\n    x bigint;\n", PIN, "variable x must have a type qualified with pg_catalog."),
+    ],
+)
+def test_a_procedure_that_could_evaluate_before_its_pin_is_refused(
+    tmp_path: Path, declare: str, body: str, error: str
+) -> None:
+    message = refused(tmp_path, procedure(declare, body))
+    assert message.startswith("sql/50_test.sql: procedure aidb_memory.p"), message
+    assert error in message
+
+
+def test_a_committing_procedure_must_be_plpgsql(tmp_path: Path) -> None:
+    text = "CREATE PROCEDURE aidb_memory.p() LANGUAGE sql AS $$ SELECT 1 $$;\n"
+    assert "procedure aidb_memory.p must be LANGUAGE plpgsql" in refused(tmp_path, text)
