@@ -18,7 +18,9 @@ The rules (docs/operations.md, "Install" and "Roles"):
   finding is always an error (SQLSTATE 42501): install never adopts such a schema.
 * Each of the three roles that exists must: not have LOGIN, SUPERUSER, CREATEROLE, CREATEDB,
   REPLICATION or BYPASSRLS; be a member of no role (except aidb_admins of aidb_users); have
-  every membership in it granted by a role that is a superuser now; and neither own nor hold a
+  every membership in it granted by a role that is a superuser now, and none WITH ADMIN OPTION
+  (PostgreSQL 16 gives the creator of a role that, granted by the bootstrap superuser); and
+  neither own nor hold a
   privilege on (nor be named in a policy on) anything in this database or any shared object
   (database, tablespace), except the schema aidb_memory and what is in it. A finding is an error
   unless ``--accept-existing-roles`` is given; then it is a warning.
@@ -215,6 +217,13 @@ JOIN pg_catalog.pg_auth_members m ON m.roleid {_EQ} o.oid
 LEFT JOIN pg_catalog.pg_roles mem ON mem.oid {_EQ} m.member
 LEFT JOIN pg_catalog.pg_roles gr ON gr.oid {_EQ} m.grantor
 WHERE NOT COALESCE(gr.rolsuper, false)
+UNION ALL
+SELECT 0, pg_catalog.concat(o.rolname, ' has member ', {_who("mem.rolname")},
+                            ' WITH ADMIN OPTION (it may grant ', o.rolname, ' to anyone)')
+FROM ours o
+JOIN pg_catalog.pg_auth_members m ON m.roleid {_EQ} o.oid
+LEFT JOIN pg_catalog.pg_roles mem ON mem.oid {_EQ} m.member
+WHERE m.admin_option
 UNION ALL
 SELECT 0, pg_catalog.concat(
     o.rolname,

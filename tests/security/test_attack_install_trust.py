@@ -15,9 +15,12 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pglast
 import pytest
 
+from aidb_memory import trust
 from conftest import CREATEROLE_USER, OWNER_USER, Database, psql, run_cli
 
 REFUSED = "aidb-memory: install refused: "
@@ -293,7 +296,7 @@ def restore_roles(empty_db: Database) -> Iterator[Database]:
                     "NOREPLICATION NOBYPASSRLS PASSWORD NULL"
                 )
             conn.execute("REVOKE pg_read_all_data FROM aidb_workers")
-            conn.execute(f"REVOKE aidb_admins FROM {CREATEROLE_USER}")
+            conn.execute(f"REVOKE aidb_admins, aidb_users FROM {CREATEROLE_USER}")
 
 
 def assert_roles_refused(db: Database, finding: str) -> None:
@@ -357,6 +360,14 @@ def test_an_attribute_is_refused(restore_roles: Database) -> None:
     assert "aidb_users may create databases (CREATEDB)" in line
 
 
+def test_a_member_with_admin_option_is_refused(restore_roles: Database) -> None:
+    """Even granted by a superuser: its holder may grant the role to anyone, unchecked."""
+    db = restore_roles
+    db.sql(f"GRANT aidb_users TO {CREATEROLE_USER} WITH ADMIN OPTION")
+    line = refused(run_cli("install", dsn=db.dsn()))
+    assert f"aidb_users has member {CREATEROLE_USER} WITH ADMIN OPTION" in line
+
+
 def test_privileges_held_outside_the_schema_are_refused(owned_empty_db: Database) -> None:
     """What a role holds in this database (pg_shdepend) goes to every member: a database owner
     who grants aidb_users a table of theirs gives it to every application."""
@@ -405,3 +416,102 @@ def test_install_reinstall_and_upgrade_pass_their_own_checks(
     finally:
         db.sql("DROP OWNED BY h2_app_role")
         db.sql("DROP ROLE h2_app_role")
+
+
+# --- the checks themselves resolve nothing through search_path ----------------------------------
+
+
+def _unqualified(tree: Any, ctes: set[str]) -> Iterator[str]:
+    """What in a pglast tree (as a dict) is looked up through search_path."""
+    if isinstance(tree, (list, tuple)):
+        for item in tree:
+            yield from _unqualified(item, ctes)
+        return
+    if not isinstance(tree, dict):
+        return
+
+    def names(nodes: Any) -> list[str]:
+        return [n.get("sval", "") for n in nodes or ()]
+
+    kind = tree.get("@")
+    if kind == "FuncCall" and names(tree["funcname"])[:1] != ["pg_catalog"]:
+        yield f"function {'.'.join(names(tree['funcname']))}"
+    if kind == "A_Expr":
+        if tree["kind"]["name"] not in ("AEXPR_OP", "AEXPR_OP_ANY", "AEXPR_OP_ALL"):
+            yield f"expression {tree['kind']['name']}"
+        elif names(tree["name"])[:1] != ["pg_catalog"]:
+            yield f"operator {'.'.join(names(tree['name']))}"
+    if kind == "TypeName" and names(tree["names"])[:1] != ["pg_catalog"]:
+        yield f"type {'.'.join(names(tree['names']))}"
+    if kind == "CaseExpr" and tree.get("arg"):
+        yield "CASE x WHEN (an implicit =)"
+    # x IN (SELECT ...), x = ANY (SELECT ...): an operator looked up through search_path.
+    if kind == "SubLink" and tree["subLinkType"]["name"] not in ("EXISTS_SUBLINK", "EXPR_SUBLINK"):
+        yield f"sublink {tree['subLinkType']['name']}"
+    if (
+        kind == "RangeVar"
+        and tree.get("schemaname") != "pg_catalog"
+        and tree["relname"] not in ctes
+    ):
+        yield f"relation {tree['relname']}"
+    for value in tree.values():
+        yield from _unqualified(value, ctes)
+
+
+def _ctes(tree: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(tree, (list, tuple)):
+        for item in tree:
+            found |= _ctes(item)
+    elif isinstance(tree, dict):
+        if tree.get("@") == "CommonTableExpr":
+            found.add(tree["ctename"])
+        for value in tree.values():
+            found |= _ctes(value)
+    return found
+
+
+def _plpgsql_queries(tree: Any) -> Iterator[str]:
+    if isinstance(tree, list):
+        for item in tree:
+            yield from _plpgsql_queries(item)
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            if key == "query" and isinstance(value, str):
+                yield value
+            else:
+                yield from _plpgsql_queries(value)
+
+
+def _statement_trees(sql: str) -> list[Any]:
+    return [s(depth=None, skip_none=True) for s in pglast.parse_sql(sql)]
+
+
+def test_the_checks_qualify_every_function_operator_type_and_relation() -> None:
+    """The checks run as a superuser in a database whose owner may set its search_path: every
+    name they use is pg_catalog's (or a CTE's), so nothing planted elsewhere can be picked."""
+    problems = []
+    for query in (trust.SCHEMA_FINDINGS_SQL, trust.ROLE_FINDINGS_SQL):
+        trees = _statement_trees(query)
+        problems += list(_unqualified(trees, _ctes(trees)))
+    steps = trust.trust_steps() + trust.trust_steps(accept_existing_roles=True)
+    for step in steps + trust.final_steps():
+        assert step.sql.startswith("DO ")
+        function = pglast.parse_plpgsql(
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS " + step.sql[len("DO ") :]
+        )
+        for text in _plpgsql_queries(function):
+            expression = text.split(":=", 1)[1] if ":=" in text else text
+            if not expression.lstrip().upper().startswith("SELECT"):
+                expression = "SELECT " + expression
+            trees = _statement_trees(expression)
+            problems += [f"{step.what}: {p}" for p in _unqualified(trees, _ctes(trees))]
+    assert problems == []
+    # The checker itself finds what it should.
+    bad = _statement_trees("SELECT coalesce(x, 1) FROM t WHERE a = 1 AND b IN (1) AND f(c)")
+    assert sorted(_unqualified(bad, set())) == [
+        "expression AEXPR_IN",
+        "function f",
+        "operator =",
+        "relation t",
+    ]
