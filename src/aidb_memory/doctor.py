@@ -31,7 +31,14 @@ import importlib, json, sys
 module = __MODULE__
 info = {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable}
 path = None
-if plpy.execute("SELECT to_regclass('aidb_memory.runtime_settings') IS NOT NULL AS ok")[0]["ok"]:
+# Only a table a superuser owns: one created after doctor's schema check by someone else could be
+# a view running their code, or name their directory (aidb_memory.trust).
+if plpy.execute(
+    "SELECT COALESCE((SELECT c.relkind OPERATOR(pg_catalog.=) 'r'::pg_catalog.\"char\""
+    " AND r.rolsuper FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r"
+    " ON r.oid OPERATOR(pg_catalog.=) c.relowner WHERE c.oid OPERATOR(pg_catalog.=)"
+    " pg_catalog.to_regclass('aidb_memory.runtime_settings')), false) AS ok"
+)[0]["ok"]:
     rows = plpy.execute(
         "SELECT value FROM aidb_memory.runtime_settings WHERE key = 'server_pythonpath'"
     )

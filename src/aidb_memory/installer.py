@@ -49,13 +49,16 @@ class State:
 
 def read_state(conn: Connection) -> State:
     """Read the installed state; a database without the schema reads as not installed."""
-    trust.require_trusted_schema(conn)  # before reading a table that could be anybody's view
     exists = conn.execute(
         "SELECT to_regclass('aidb_memory.schema_migrations') IS NOT NULL, "
         "to_regclass('aidb_memory.runtime_settings') IS NOT NULL"
     ).fetchone()
     if not exists or not exists[0]:
         return State(installed=False)
+    # Before reading a table that could be anybody's view. Checked once the schema is known to
+    # exist: a trusted schema stays trusted (only a superuser can change it), so nothing can be
+    # swapped in between this check and the reads below.
+    trust.require_trusted_schema(conn)
     applied: dict[str, str] = dict(
         conn.execute("SELECT name, checksum FROM aidb_memory.schema_migrations").fetchall()
     )

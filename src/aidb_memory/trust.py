@@ -20,10 +20,9 @@ The rules (docs/operations.md, "Install" and "Roles"):
   REPLICATION or BYPASSRLS; be a member of no role (except aidb_admins of aidb_users); have
   every membership in it granted by a role that is a superuser now, and none WITH ADMIN OPTION
   (PostgreSQL 16 gives the creator of a role that, granted by the bootstrap superuser); and
-  neither own nor hold a
-  privilege on (nor be named in a policy on) anything in this database or any shared object
-  (database, tablespace), except the schema aidb_memory and what is in it. A finding is an error
-  unless ``--accept-existing-roles`` is given; then it is a warning.
+  neither own nor hold a privilege on (nor be named in a policy on) anything in this database
+  or any shared object (database, tablespace), except the schema aidb_memory and what is in it.
+  A finding is an error unless ``--accept-existing-roles`` is given; then it is a warning.
 
 Both rules are single queries, used by the install script (so ``aidb-memory sql | psql``
 refuses as well), by ``doctor``, and before anything reads the schema (``status``, ``verify``,

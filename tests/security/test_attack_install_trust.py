@@ -20,7 +20,7 @@ from typing import Any
 import pglast
 import pytest
 
-from aidb_memory import trust
+from aidb_memory.doctor import probe_server_python
 from conftest import CREATEROLE_USER, OWNER_USER, Database, psql, run_cli
 
 REFUSED = "aidb-memory: install refused: "
@@ -280,6 +280,29 @@ def test_doctor_refuses_an_untrusted_schema_and_reads_nothing_from_it(
     assert db.value("SELECT count(*) FROM public.ran") == 0
 
 
+def test_the_python_probe_reads_no_runtime_settings_but_a_superusers_table(
+    owned_empty_db: Database,
+) -> None:
+    """doctor's probe runs as a superuser and adds the directory recorded in runtime_settings to
+    sys.path. doctor checks the schema first, but the owner could create it right after: the
+    probe itself reads only a table that a superuser owns."""
+    db = owned_empty_db
+    with db.connect(OWNER_USER) as conn:
+        conn.execute(
+            """CREATE SCHEMA aidb_memory;
+            CREATE TABLE public.ran (who text);
+            GRANT INSERT ON public.ran TO PUBLIC;
+            CREATE FUNCTION public.spy() RETURNS text LANGUAGE sql AS
+            $$ INSERT INTO public.ran VALUES (current_user) RETURNING '/tmp/planted' $$;
+            CREATE VIEW aidb_memory.runtime_settings AS
+                SELECT 'server_pythonpath'::text AS key, public.spy() AS value"""
+        )
+    with db.connect() as conn:
+        info = probe_server_python(conn)
+    assert info["server_pythonpath"] is None
+    assert db.value("SELECT count(*) FROM public.ran") == 0
+
+
 # --- the roles -------------------------------------------------------------------------------
 
 
@@ -490,6 +513,8 @@ def _statement_trees(sql: str) -> list[Any]:
 def test_the_checks_qualify_every_function_operator_type_and_relation() -> None:
     """The checks run as a superuser in a database whose owner may set its search_path: every
     name they use is pg_catalog's (or a CTE's), so nothing planted elsewhere can be picked."""
+    from aidb_memory import trust  # here: the attack tests above must import before the fix
+
     problems = []
     for query in (trust.SCHEMA_FINDINGS_SQL, trust.ROLE_FINDINGS_SQL):
         trees = _statement_trees(query)
