@@ -32,7 +32,13 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     package = _package(args)
     with connect(args.dsn) as conn:
-        install(conn, package, say=_say, dry_run=args.dry_run)
+        install(
+            conn,
+            package,
+            say=_say,
+            dry_run=args.dry_run,
+            accept_existing_roles=args.accept_existing_roles,
+        )
     return 0
 
 
@@ -70,7 +76,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from aidb_memory.script import render
 
-    sys.stdout.write(render(_package(args).steps()))
+    steps = _package(args).steps(accept_existing_roles=args.accept_existing_roles)
+    sys.stdout.write(render(steps))
     return 0
 
 
@@ -119,7 +126,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from aidb_memory import doctor
 
     with connect(args.dsn, autocommit=True) as conn:
-        checks = doctor.run(conn)
+        checks = doctor.run(conn, accept_existing_roles=args.accept_existing_roles)
     for check in checks:
         print(check.line())
     return 0 if all(c.ok for c in checks) else 1
@@ -169,15 +176,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--dsn", help="connection string (default: $DATABASE_URL, else libpq's PG* variables)"
     )
     common.add_argument("--source", help=argparse.SUPPRESS)  # developers: install from another tree
+    accept = argparse.ArgumentParser(add_help=False)
+    accept.add_argument(
+        "--accept-existing-roles",
+        action="store_true",
+        help="proceed although aidb_users/aidb_admins/aidb_workers were changed outside install "
+        "(LOGIN, attributes, memberships or grants no superuser made); each is printed as a "
+        "warning",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("install", parents=[common], help="install, or upgrade to this version")
+    p = sub.add_parser(
+        "install", parents=[common, accept], help="install, or upgrade to this version"
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
     p.set_defaults(func=cmd_install)
     p = sub.add_parser("status", parents=[common], help="installed version, migrations, drift")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("sql", parents=[common], help="the install/upgrade script, for psql -f")
+    p = sub.add_parser(
+        "sql", parents=[common, accept], help="the install/upgrade script, for psql -f"
+    )
     p.set_defaults(func=cmd_sql)
     p = sub.add_parser(
         "verify", parents=[common], help="exit 1 if the database drifted from this package"
@@ -190,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_uninstall)
     p = sub.add_parser(
         "doctor", parents=[common], help="check the server: plpython3u, its Python, openai"
+    )
+    p.add_argument(
+        "--accept-existing-roles",
+        action="store_true",
+        help="report roles changed outside install as accepted (ok), as install would proceed",
     )
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser(

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from aidb_memory import trust
 from aidb_memory.connection import (
     CliError,
     first_line,
@@ -30,7 +31,14 @@ import importlib, json, sys
 module = __MODULE__
 info = {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable}
 path = None
-if plpy.execute("SELECT to_regclass('aidb_memory.runtime_settings') IS NOT NULL AS ok")[0]["ok"]:
+# Only a table a superuser owns: one created after doctor's schema check by someone else could be
+# a view running their code, or name their directory (aidb_memory.trust).
+if plpy.execute(
+    "SELECT COALESCE((SELECT c.relkind OPERATOR(pg_catalog.=) 'r'::pg_catalog.\"char\""
+    " AND r.rolsuper FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r"
+    " ON r.oid OPERATOR(pg_catalog.=) c.relowner WHERE c.oid OPERATOR(pg_catalog.=)"
+    " pg_catalog.to_regclass('aidb_memory.runtime_settings')), false) AS ok"
+)[0]["ok"]:
     rows = plpy.execute(
         "SELECT value FROM aidb_memory.runtime_settings WHERE key = 'server_pythonpath'"
     )
@@ -165,7 +173,47 @@ def check_models(conn: Connection) -> list[Check]:
     return checks
 
 
-def run(conn: Connection) -> list[Check]:
+def check_trust(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]:
+    """The schema and roles install would refuse (:mod:`aidb_memory.trust`, the same queries
+    as the install script). Read from the catalog only, so any role may run them."""
+    checks = []
+    schema = trust.schema_findings(conn)
+    if schema:
+        checks.append(
+            Check(
+                "schema",
+                False,
+                f"{trust.SCHEMA_WHAT}: {trust.summary(schema)}",
+                trust.SCHEMA_HINT,
+                failure="refused",
+            )
+        )
+    else:
+        checks.append(
+            Check("schema", True, "aidb_memory absent, or owned and writable by superusers only")
+        )
+    roles = trust.role_findings(conn)
+    names = ", ".join(trust.ROLES)
+    if not roles:
+        checks.append(Check("roles", True, f"{names}: absent, or as install left them"))
+    elif accept_existing_roles:
+        checks.append(
+            Check("roles", True, f"accepted (--accept-existing-roles): {trust.summary(roles)}")
+        )
+    else:
+        checks.append(
+            Check(
+                "roles",
+                False,
+                f"{trust.ROLE_WHAT}: {trust.summary(roles)}",
+                trust.ROLE_HINT,
+                failure="refused",
+            )
+        )
+    return checks
+
+
+def run(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]:
     """Every check, in the order a person would fix them."""
     version = conn.execute("SHOW server_version").fetchone()
     checks = [Check("server", True, f"PostgreSQL {version[0] if version else '?'}")]
@@ -176,6 +224,11 @@ def run(conn: Connection) -> list[Check]:
         return checks
     where = "installed" if available[1] else "available (install creates it)"
     checks.append(Check("plpython3u", True, f"{where}, version {available[0]}"))
+    checks += check_trust(conn, accept_existing_roles=accept_existing_roles)
+    if not checks[-2].ok:
+        # Everything below reads the schema (the probe, as a superuser, even imports from the
+        # directory recorded there): not from one that is anybody's.
+        return checks
     if not is_superuser(conn):
         checks.append(
             Check(

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from aidb_memory import __version__
+from aidb_memory import __version__, trust
 from aidb_memory.codebundle import CodeBundle, load_bundle
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
 from aidb_memory.migrations import Migration, load_migrations
@@ -39,8 +39,8 @@ class Package:
         tree = tree or default_tree()
         return cls(load_migrations(tree.migrations_dir), load_bundle(tree))
 
-    def steps(self) -> list[Step]:
-        return build(self.migrations, self.bundle)
+    def steps(self, *, accept_existing_roles: bool = False) -> list[Step]:
+        return build(self.migrations, self.bundle, accept_existing_roles=accept_existing_roles)
 
 
 @dataclass
@@ -73,6 +73,10 @@ def read_state(conn: Connection) -> State:
     ).fetchone()
     if not exists or not exists[0]:
         return State(installed=False)
+    # Before reading a table that could be anybody's view. Checked once the schema is known to
+    # exist: a trusted schema stays trusted (only a superuser can change it), so nothing can be
+    # swapped in between this check and the reads below.
+    trust.require_trusted_schema(conn)
     applied: dict[str, str] = dict(
         conn.execute("SELECT name, checksum FROM aidb_memory.schema_migrations").fetchall()
     )
@@ -148,14 +152,23 @@ def preflight(conn: Connection) -> None:
 
 
 def install(
-    conn: Connection, package: Package, *, say: Callable[[str], None], dry_run: bool = False
+    conn: Connection,
+    package: Package,
+    *,
+    say: Callable[[str], None],
+    dry_run: bool = False,
+    accept_existing_roles: bool = False,
 ) -> None:
-    """Install or upgrade in one transaction; ``say`` receives one line per thing done."""
+    """Install or upgrade in one transaction; ``say`` receives one line per thing done.
+
+    Refuses (:class:`CliError`, ``aidb-memory: install refused: ...``) a schema or roles that
+    :mod:`aidb_memory.trust` does not trust; the roles are only warned about with
+    ``accept_existing_roles``."""
     _require_no_transaction(conn, "install")
     pin_search_path(conn)
     preflight(conn)
     if dry_run:
-        _dry_run(conn, package, say)
+        _dry_run(conn, package, say, accept_existing_roles)
         conn.rollback()
         return
     # The checks above opened a read-only transaction; the install must be a transaction of its
@@ -163,7 +176,7 @@ def install(
     conn.rollback()
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        message = diag.message_primary or ""
+        message = diag.message_primary or ""  # NOTICEs, and the WARNINGs of accepted roles
         if message.startswith(NOTICE_PREFIX):
             say(message[len(NOTICE_PREFIX) :])
 
@@ -172,10 +185,13 @@ def install(
         with conn.transaction():
             # The script's first step pins the search_path (a SET: a query here would take the
             # snapshot before the script's SET TRANSACTION ISOLATION LEVEL).
-            for step in package.steps():
+            for step in package.steps(accept_existing_roles=accept_existing_roles):
                 try:
                     conn.execute(step.sql.encode())
                 except psycopg.Error as e:
+                    refused = trust.refusal_line(e)
+                    if refused:
+                        raise CliError(refused) from e
                     hint = e.diag.message_hint
                     raise CliError(
                         f"aidb-memory: install failed at {step.what}: {first_line(e)}"
@@ -185,13 +201,30 @@ def install(
         conn.remove_notice_handler(on_notice)
 
 
-def _dry_run(conn: Connection, package: Package, say: Callable[[str], None]) -> None:
+def _dry_run(
+    conn: Connection, package: Package, say: Callable[[str], None], accept_existing_roles: bool
+) -> None:
+    # The same refusals as the script's, before anything is read from the schema.
+    schema = trust.schema_findings(conn)
+    if schema:
+        raise CliError(
+            f"aidb-memory: install refused: {trust.SCHEMA_WHAT}: {trust.summary(schema)} "
+            f"(hint: {trust.SCHEMA_HINT})"
+        )
+    roles = trust.role_findings(conn)
+    if roles and not accept_existing_roles:
+        raise CliError(
+            f"aidb-memory: install refused: {trust.ROLE_WHAT}: {trust.summary(roles)} "
+            f"(hint: {trust.ROLE_HINT})"
+        )
     state = read_state(conn)
     report = compare(state, package)
     for problem in report.problems:
         if "edited" in problem or "unknown to this package" in problem:
             raise CliError(f"aidb-memory: {problem}")
     say("dry run: nothing will be changed")
+    for finding in roles:
+        say(f"warning: {finding}")
     if not state.installed:
         say(f"would create schema {SCHEMA} and the installer's tables")
     for name in report.applied:

@@ -248,9 +248,25 @@ END IF;"""
     return steps
 
 
-def build(migrations: list[Migration], bundle: CodeBundle) -> list[Step]:
+def build(
+    migrations: list[Migration], bundle: CodeBundle, *, accept_existing_roles: bool = False
+) -> list[Step]:
     """The whole install/upgrade script, without the transaction statements."""
-    return preamble() + migration_steps(migrations) + code_steps(bundle)
+    from aidb_memory import trust  # trust builds its steps from this module's helpers
+
+    head = preamble()
+    # The trust checks go after the superuser check and before CREATE SCHEMA IF NOT EXISTS (which
+    # would otherwise adopt someone else's schema); the schema is checked again right after it.
+    at = next(i for i, step in enumerate(head) if step.what == "schema")
+    return (
+        head[:at]
+        + trust.trust_steps(accept_existing_roles=accept_existing_roles)
+        + [head[at], trust.schema_check_step()]
+        + head[at + 1 :]
+        + migration_steps(migrations)
+        + code_steps(bundle)
+        + trust.final_steps(accept_existing_roles=accept_existing_roles)
+    )
 
 
 def render(steps: list[Step]) -> str:

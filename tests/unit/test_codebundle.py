@@ -220,7 +220,8 @@ def test_security_definer_functions_must_pin_the_debug_print_settings(
         f"SET search_path = 'pg_catalog', \"pg_temp\" {DEBUG_OFF} EXTERNAL SECURITY DEFINER",
         # other settings next to the search_path
         f"SECURITY DEFINER SET work_mem = '8MB' SET search_path = pg_catalog, pg_temp {DEBUG_OFF}",
-        f"SECURITY DEFINER {DEBUG_OFF} SET search_path = pg_catalog, pg_temp SET statement_timeout = 0",
+        f"SECURITY DEFINER {DEBUG_OFF} SET search_path = pg_catalog, pg_temp "
+        "SET statement_timeout = 0",
     ],
 )
 def test_well_formed_functions_pass(tmp_path: Path, options: str) -> None:
