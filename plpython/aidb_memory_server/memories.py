@@ -221,13 +221,21 @@ def _query_embedding(
     return vectors[0], model_name
 
 
-# What a query costs before it runs: its tsquery, the tsquery's nodes (operands and operators)
-# and its distinct words (lexemes). The query's length is bounded before this runs.
-_QUERY_SHAPE = """
-SELECT nullif(q::text, '') AS q, numnode(q) AS nodes,
-       length(to_tsvector('simple', $1)) AS words
-FROM websearch_to_tsquery('simple', $1) AS q
+# What a query costs before it runs, in two steps. First what flat scans can tell: its distinct
+# words (lexemes) and its tokens (words and operators as the parser splits them; blanks, token
+# type 12, aside). Only a query within the caps is then made a tsquery: websearch_to_tsquery
+# builds a tree whose cleanup recurses, and a query of ~17,000 words exhausts the stack (54001)
+# before its nodes could be counted. The query's length is bounded before either runs.
+_QUERY_WORDS = """
+SELECT length(to_tsvector('simple', $1)) AS words,
+       (SELECT count(*) FROM ts_parse('default', $1) AS t WHERE t.tokid <> 12) AS tokens
 """
+_QUERY_TREE = """
+SELECT nullif(q::text, '') AS q, numnode(q) AS nodes FROM websearch_to_tsquery('simple', $1) AS q
+"""
+_NODES_HINT = (
+    "search with fewer words and operators, or an admin raises config.search_max_query_nodes"
+)
 
 
 def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
@@ -243,8 +251,8 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
             f"has {len(query)} characters, more than the namespace limit of {cap}",
             hint="shorten the query, or an admin raises config.search_max_query_chars",
         )
-    shape = db.execute(_QUERY_SHAPE, ("text",), (query,))[0]
-    words, cap = int(shape["words"]), cfg["search_max_words"]
+    counts = db.execute(_QUERY_WORDS, ("text",), (query,))[0]
+    words, cap = int(counts["words"]), cfg["search_max_words"]
     if words > cap:
         raise invalid(
             fn,
@@ -252,17 +260,25 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
             f"has {words} distinct words, more than the namespace limit of {cap}",
             hint="search with fewer words, or an admin raises config.search_max_words",
         )
-    nodes, cap = int(shape["nodes"]), cfg["search_max_query_nodes"]
+    tokens, cap = int(counts["tokens"]), cfg["search_max_query_nodes"]
+    if tokens > cap:
+        raise invalid(
+            fn,
+            "query",
+            f"has {tokens} words and operators, more than the namespace limit of {cap}",
+            hint=_NODES_HINT,
+        )
+    tree = db.execute(_QUERY_TREE, ("text",), (query,))[0]
+    nodes = int(tree["nodes"])
     if nodes > cap:
         raise invalid(
             fn,
             "query",
             f"makes a full-text query of {nodes} terms and operators, more than the namespace "
             f"limit of {cap}",
-            hint="search with fewer words and operators, or an admin raises "
-            "config.search_max_query_nodes",
+            hint=_NODES_HINT,
         )
-    return shape["q"]
+    return tree["q"]
 
 
 # Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
