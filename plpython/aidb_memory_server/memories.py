@@ -92,28 +92,38 @@ GROUP BY w.embedding_model
 # when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 query embedding
 # (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
 # $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
-# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words).
+# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words), $16 the most
+# matching memories each text signal scores (config.search_max_ranked): ts_rank_cd costs up to
+# ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
+# with 100,000 of them is scored on a bounded sample, not on all of them. The fuzzy and any-word
+# tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row.
 _SEARCH = """
 WITH fts AS (
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
         SELECT m.id, ts_rank_cd(m.tsv, $3) AS rank
-        FROM aidb_memory.memory m
-        WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ $3
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ $3
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
 ), fuzzy AS (
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $14)) AS rank
-        FROM aidb_memory.memory m
-        WHERE $14::text IS NOT NULL
-          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ to_tsquery('simple', $14)
+        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $14))) AS rank
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE $14::text IS NOT NULL
+              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ (SELECT to_tsquery('simple', $14))
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
@@ -146,12 +156,15 @@ WITH fts AS (
     -- query whose words no memory has all of. Only when the precise signals found too few.
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $15)) AS rank
-        FROM aidb_memory.memory m
-        WHERE (SELECT needed FROM recall)
-          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ to_tsquery('simple', $15)
+        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $15))) AS rank
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE (SELECT needed FROM recall)
+              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ (SELECT to_tsquery('simple', $15))
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
@@ -176,7 +189,7 @@ LIMIT $4
 """
 _SEARCH_TYPES = (
     *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
-    *("int", "int", "int", "int", "float8", "text", "text"),
+    *("int", "int", "int", "int", "float8", "text", "text", "int"),
 )
 
 
@@ -343,6 +356,7 @@ def search(
         (
             *(ns.id, actor, tsquery, n, sid, agent, vector, model_name),
             *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
+            ns.config["search_max_ranked"],
         ),
     )
     return [dict(r) for r in rows]

@@ -25,8 +25,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # Cost bounds of one call by an application role (issue 9): refused with 22023 when passed.
     "max_add_chars": 1_000_000,
     "search_max_query_chars": 4_000,
-    "search_max_words": 64,
-    "search_max_query_nodes": 256,
+    "search_max_words": 32,
+    "search_max_query_nodes": 64,
+    "search_max_ranked": 2_000,
     "extraction_max_input_chars": 200_000,
 }
 ACTOR_BINDINGS = ("none", "session_user")
@@ -41,6 +42,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "search_max_query_chars": (1, 1_000_000),
     "search_max_words": (1, 10_000),
     "search_max_query_nodes": (1, 100_000),
+    "search_max_ranked": (10, 1_000_000),
     "extraction_max_input_chars": (1_000, 10_000_000),
 }
 

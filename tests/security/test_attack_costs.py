@@ -131,9 +131,9 @@ def test_a_query_of_many_operators_over_one_word_is_refused(db: Database) -> Non
     assert e.sqlstate == "22023"
     assert "999 words and operators" in (e.diag.message_primary or "")
     assert "config.search_max_query_nodes" in (e.diag.message_hint or "")
-    # 200 words, no operator written: the tsquery ANDs them, 399 nodes; counted exactly.
-    e = _search_refused(db, " ".join(["tea"] * 200))
-    assert "makes a full-text query of 399 terms and operators" in (e.diag.message_primary or "")
+    # 40 words, no operator written: the tsquery ANDs them, 79 nodes; counted exactly.
+    e = _search_refused(db, " ".join(["tea"] * 40))
+    assert "makes a full-text query of 79 terms and operators" in (e.diag.message_primary or "")
     assert "config.search_max_query_nodes" in (e.diag.message_hint or "")
 
 
@@ -149,13 +149,13 @@ def test_a_long_or_query_is_refused_by_its_nodes_under_a_raised_length_cap(db: D
 def test_a_query_within_the_caps_still_searches(db: Database) -> None:
     _namespace(db)
     _memories(db, 200)
-    # 64 distinct words (the default cap; "or" is one of them, as to_tsvector sees the query),
-    # or-joined: 125 nodes.
-    query = " or ".join(["tea", *_short_words(62)])
+    # 32 distinct words (the default cap; "or" is one of them, as to_tsvector sees the query),
+    # or-joined: 61 nodes (the default cap is 64).
+    query = " or ".join(["tea", *_short_words(30)])
     hits = _search(db, query)
     assert len(hits) == 10 and all("tea" in content for _, content in hits)
-    e = _search_refused(db, " ".join(["tea", *_short_words(64)]))
-    assert "65 distinct words" in (e.diag.message_primary or "")
+    e = _search_refused(db, " ".join(["tea", *_short_words(32)]))
+    assert "33 distinct words" in (e.diag.message_primary or "")
 
 
 def test_caps_are_namespace_config_validated_like_the_others(db: Database) -> None:
@@ -164,6 +164,7 @@ def test_caps_are_namespace_config_validated_like_the_others(db: Database) -> No
         "search_max_query_chars",
         "search_max_words",
         "search_max_query_nodes",
+        "search_max_ranked",
         "extraction_max_input_chars",
     ):
         e = _refused(

@@ -118,8 +118,9 @@ def test_json_object_uses_the_same_limits() -> None:
 _CAPS = {
     "max_add_chars": (1_000, 100_000_000, 1_000_000),
     "search_max_query_chars": (1, 1_000_000, 4_000),
-    "search_max_words": (1, 10_000, 64),
-    "search_max_query_nodes": (1, 100_000, 256),
+    "search_max_words": (1, 10_000, 32),
+    "search_max_query_nodes": (1, 100_000, 64),
+    "search_max_ranked": (10, 1_000_000, 2_000),
     "extraction_max_input_chars": (1_000, 10_000_000, 200_000),
 }
 
