@@ -291,7 +291,7 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
             f"limit of {cap}",
             hint=_NODES_HINT,
         )
-    return tree["q"]
+    return None if tree["q"] is None else str(tree["q"])
 
 
 # Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
