@@ -915,7 +915,7 @@ def worst_search(dsn: str) -> dict[str, Any]:
                         rows = conn.execute(SEARCH, (NS, ACTOR, query), prepare=True).fetchall()
                         outcome = f"{len(rows)} rows"
                     except psycopg.Error as e:
-                        outcome = f"refused {e.sqlstate}: {(e.diag.message_primary or '')[21:70]}"
+                        outcome = f"refused {e.sqlstate}: {(e.diag.message_primary or '')[20:70]}"
                     times.append(time.perf_counter_ns() - t0)
                 out.append(
                     {

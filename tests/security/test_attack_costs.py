@@ -158,6 +158,24 @@ def test_a_query_within_the_caps_still_searches(db: Database) -> None:
     assert "33 distinct words" in (e.diag.message_primary or "")
 
 
+def test_a_broad_query_scores_at_most_search_max_ranked_memories(db: Database) -> None:
+    # Every memory matches "user": the full-text signal scores only search_max_ranked of them (the
+    # only signal here: one known word), so no more than that can come back, whatever the limit.
+    _namespace(db, search_max_ranked=10)
+    _memories(db, 200)
+    hits = _call(
+        db, 'SELECT id FROM aidb_memory.search(%s, %s, %s, "limit" => 100)', (NS, ACTOR, "user")
+    )
+    assert len(hits) == 10
+    db.sql(
+        "SELECT aidb_memory.namespace_update(%s, config => '{\"search_max_ranked\": 50}')", (NS,)
+    )
+    hits = _call(
+        db, 'SELECT id FROM aidb_memory.search(%s, %s, %s, "limit" => 100)', (NS, ACTOR, "user")
+    )
+    assert len(hits) == 50
+
+
 def test_caps_are_namespace_config_validated_like_the_others(db: Database) -> None:
     for key in (
         "max_add_chars",
