@@ -136,7 +136,7 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
         return _finish(
             event_id, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
         )
-    turns = _turns(event)
+    turns, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
     if not turns:
         return _finish(event_id, "processed", reconciliation.EMPTY_RESULT)
     existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], turns)
@@ -145,6 +145,7 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
         turns,
         [extraction.Existing(ref, m.content) for ref, m in refs.items()],
         _today(),
+        left_out,
     )
     result = llm.complete(
         model,

@@ -173,11 +173,37 @@ def _one_block(text: str) -> str:
     return "\n  ".join(text.splitlines()) if text else ""
 
 
-def prompt(turns: Sequence[Turn], existing: Sequence[Existing], today: str) -> list[dict[str, str]]:
-    """The chat messages that ask a model for the operations of one event. Deterministic."""
+def bounded(turns: Sequence[Turn], max_chars: int) -> tuple[list[Turn], int]:
+    """The turns one request may carry: in order, their contents at most ``max_chars`` chars in
+    all (config ``extraction_max_input_chars``), the turn that crosses the limit cut short and
+    those after it left out. Returns them and how many chars were left out, so that one event
+    never sends a request larger than the namespace allows, however large its turns."""
+    out: list[Turn] = []
+    room = max_chars
+    left_out = 0
+    for t in turns:
+        if room <= 0:
+            left_out += len(t.content)
+        elif len(t.content) <= room:
+            out.append(t)
+            room -= len(t.content)
+        else:
+            out.append(Turn(t.role, t.content[:room]))
+            left_out += len(t.content) - room
+            room = 0
+    return out, left_out
+
+
+def prompt(
+    turns: Sequence[Turn], existing: Sequence[Existing], today: str, left_out: int = 0
+) -> list[dict[str, str]]:
+    """The chat messages that ask a model for the operations of one event. Deterministic.
+    ``left_out``: the chars :func:`bounded` cut from the turns, which the model is told of."""
     system = _INSTRUCTIONS.format(today=today, max_ops=MAX_OPERATIONS, max_chars=MAX_TEXT_CHARS)
     memories = [f"[{m.ref}] {_one_block(m.content)}" for m in existing] or ["(none)"]
     conversation = [f"{t.role}: {_one_block(t.content)}" for t in turns] or ["(none)"]
+    if left_out:
+        conversation.append(f"({left_out} more characters of these turns are not shown)")
     user = "Existing memories:\n{}\n\nNew turns:\n{}".format(
         "\n".join(memories), "\n".join(conversation)
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, fusion, llm, reconciliation
+from aidb_memory_server import db, fusion, llm, reconciliation, validation
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -39,6 +39,8 @@ VECTOR_WINDOW = 1000
 # A memory whose cosine similarity to the query is at most this is not a vector candidate.
 MIN_COSINE = 0.0
 DELETE_IDS_MAX = 10_000
+# The longest selector text: DELETE_IDS_MAX quoted UUIDs and their commas, with room to spare.
+SELECTOR_MAX_CHARS = 50 * DELETE_IDS_MAX
 SELECTOR_KEYS = ("ids", "all", "before")
 PROTECTED_NAMESPACE = "pg_agents"
 
@@ -85,31 +87,43 @@ FROM (
 GROUP BY w.embedding_model
 """
 
-# $1 namespace, $2 actor, $3 query, $4 limit, $5 session_id, $6 agent_id, $7 query embedding
+# $1 namespace, $2 actor, $3 the query's tsquery (websearch_to_tsquery, computed once by
+# _QUERY_SHAPE: a generic plan would otherwise parse the query again for every row it ranks; NULL
+# when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 query embedding
 # (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
 # $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
-# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words).
+# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words), $16 the most
+# matching memories each text signal scores (config.search_max_ranked): ts_rank_cd costs up to
+# ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
+# with 100,000 of them is scored on a bounded sample, not on all of them. The fuzzy and any-word
+# tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row.
 _SEARCH = """
 WITH fts AS (
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, websearch_to_tsquery('simple', $3)) AS rank
-        FROM aidb_memory.memory m
-        WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ websearch_to_tsquery('simple', $3)
+        SELECT m.id, ts_rank_cd(m.tsv, $3) AS rank
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ $3
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
 ), fuzzy AS (
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $14)) AS rank
-        FROM aidb_memory.memory m
-        WHERE $14::text IS NOT NULL
-          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ to_tsquery('simple', $14)
+        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $14))) AS rank
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE $14::text IS NOT NULL
+              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ (SELECT to_tsquery('simple', $14))
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
@@ -142,12 +156,15 @@ WITH fts AS (
     -- query whose words no memory has all of. Only when the precise signals found too few.
     SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, to_tsquery('simple', $15)) AS rank
-        FROM aidb_memory.memory m
-        WHERE (SELECT needed FROM recall)
-          AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.tsv @@ to_tsquery('simple', $15)
+        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $15))) AS rank
+        FROM (
+            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            WHERE (SELECT needed FROM recall)
+              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+              AND m.tsv @@ (SELECT to_tsquery('simple', $15))
+            LIMIT $16
+        ) m
         ORDER BY rank DESC, m.id DESC
         LIMIT $11
     ) c
@@ -171,8 +188,8 @@ ORDER BY f.total DESC, m.created_at DESC, m.id DESC
 LIMIT $4
 """
 _SEARCH_TYPES = (
-    *("bigint", "text", "text", "int", "text", "text", "real[]", "text"),
-    *("int", "int", "int", "int", "float8", "text", "text"),
+    *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
+    *("int", "int", "int", "int", "float8", "text", "text", "int"),
 )
 
 
@@ -215,6 +232,66 @@ def _query_embedding(
         )
         return None, None
     return vectors[0], model_name
+
+
+# What a query costs before it runs, in two steps. First what flat scans can tell: its distinct
+# words (lexemes) and its tokens (words and operators as the parser splits them; blanks, token
+# type 12, aside). Only a query within the caps is then made a tsquery: websearch_to_tsquery
+# builds a tree whose cleanup recurses, and a query of ~17,000 words exhausts the stack (54001)
+# before its nodes could be counted. The query's length is bounded before either runs.
+_QUERY_WORDS = """
+SELECT length(to_tsvector('simple', $1)) AS words,
+       (SELECT count(*) FROM ts_parse('default', $1) AS t WHERE t.tokid <> 12) AS tokens
+"""
+_QUERY_TREE = """
+SELECT nullif(q::text, '') AS q, numnode(q) AS nodes FROM websearch_to_tsquery('simple', $1) AS q
+"""
+_NODES_HINT = (
+    "search with fewer words and operators, or an admin raises config.search_max_query_nodes"
+)
+
+
+def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
+    """The query's tsquery (None: no lexemes), once its cost is known to be within the
+    namespace's caps (22023 naming the config key otherwise). Runs before any model is called:
+    a query refused costs only this."""
+    cfg = ns.config
+    cap = cfg["search_max_query_chars"]
+    if len(query) > cap:
+        raise invalid(
+            fn,
+            "query",
+            f"has {len(query)} characters, more than the namespace limit of {cap}",
+            hint="shorten the query, or an admin raises config.search_max_query_chars",
+        )
+    counts = db.execute(_QUERY_WORDS, ("text",), (query,))[0]
+    words, cap = int(counts["words"]), cfg["search_max_words"]
+    if words > cap:
+        raise invalid(
+            fn,
+            "query",
+            f"has {words} distinct words, more than the namespace limit of {cap}",
+            hint="search with fewer words, or an admin raises config.search_max_words",
+        )
+    tokens, cap = int(counts["tokens"]), cfg["search_max_query_nodes"]
+    if tokens > cap:
+        raise invalid(
+            fn,
+            "query",
+            f"has {tokens} words and operators, more than the namespace limit of {cap}",
+            hint=_NODES_HINT,
+        )
+    tree = db.execute(_QUERY_TREE, ("text",), (query,))[0]
+    nodes = int(tree["nodes"])
+    if nodes > cap:
+        raise invalid(
+            fn,
+            "query",
+            f"makes a full-text query of {nodes} terms and operators, more than the namespace "
+            f"limit of {cap}",
+            hint=_NODES_HINT,
+        )
+    return None if tree["q"] is None else str(tree["q"])
 
 
 # Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
@@ -269,8 +346,7 @@ def search(
         raise required(fn, "query")
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
-    if len(query) > ns.config["max_turn_chars"]:
-        raise invalid(fn, "query", f"is longer than {ns.config['max_turn_chars']} characters")
+    tsquery = _bounded_query(fn, ns, query)
     vector, model_name = _query_embedding(fn, ns, actor, query)
     fuzzy, any_word = _word_queries(ns.id, actor, query)
     signals = 1 + (vector is not None) + (fuzzy is not None)
@@ -278,8 +354,9 @@ def search(
         _SEARCH,
         _SEARCH_TYPES,
         (
-            *(ns.id, actor, query, n, sid, agent, vector, model_name),
+            *(ns.id, actor, tsquery, n, sid, agent, vector, model_name),
             *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
+            ns.config["search_max_ranked"],
         ),
     )
     return [dict(r) for r in rows]
@@ -380,7 +457,7 @@ def _selector(fn: str, selector: str | None) -> tuple[str, Any]:
     if selector is None:
         raise required(fn, "selector")
     hint = 'one of {"ids": [uuid, ...]}, {"all": true}, {"before": "timestamp"}'
-    parsed = json.loads(selector)
+    parsed = validation.parse_json(fn, "selector", selector, SELECTOR_MAX_CHARS)
     if not isinstance(parsed, dict) or len(parsed) != 1:
         raise invalid(fn, "selector", "must be an object with exactly one key", hint=hint)
     kind, value = next(iter(parsed.items()))

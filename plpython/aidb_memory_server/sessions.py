@@ -43,7 +43,12 @@ class Namespace:
 
     def limits(self) -> turns.Limits:
         c = self.config
-        return turns.Limits(c["max_turn_chars"], c["max_turns_per_add"], c["max_identifier_chars"])
+        return turns.Limits(
+            c["max_turn_chars"],
+            c["max_turns_per_add"],
+            c["max_identifier_chars"],
+            c["max_add_chars"],
+        )
 
 
 _parsed_cache: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}

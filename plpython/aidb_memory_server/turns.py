@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aidb_memory_server.errors import invalid
-from aidb_memory_server.validation import json_type
+from aidb_memory_server.validation import CONFIG_DEFAULTS, json_type, parse_json
 
 ROLES = ("user", "assistant", "system", "tool")
 TURN_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "kind", "meta")
@@ -35,6 +35,7 @@ class Limits:
     max_turn_chars: int
     max_turns_per_add: int
     max_identifier_chars: int
+    max_add_chars: int = CONFIG_DEFAULTS["max_add_chars"]
 
 
 @dataclass
@@ -62,8 +63,17 @@ class Tail:
 
 
 def parse_turns(fn: str, text: str, limits: Limits) -> list[Any]:
-    """The ``turns`` argument as a non-empty JSON array within the per-add limit."""
-    value = json.loads(text)
+    """The ``turns`` argument as a non-empty JSON array within the per-add limits. Its size is
+    checked before it is parsed: parsing is what a hostile batch would make expensive."""
+    if len(text) > limits.max_add_chars:
+        raise invalid(
+            fn,
+            "turns",
+            f"has {len(text)} characters of JSON, more than the namespace limit of "
+            f"{limits.max_add_chars}",
+            hint="split the batch, or raise config.max_add_chars with namespace_update",
+        )
+    value = parse_json(fn, "turns", text)
     if not isinstance(value, list):
         raise invalid(fn, "turns", f"must be a JSON array of turns, not {json_type(value)}")
     if not value:
@@ -301,6 +311,9 @@ def turns_hash(text: str, *context: str | None) -> str:
     session under a used key are a different request, not a retry.
     """
     canonical = json.dumps(
-        [json.loads(text), *context], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        [parse_json("add", "turns", text), *context],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()

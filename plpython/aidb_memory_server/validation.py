@@ -24,6 +24,13 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "actor_binding": "none",
     # Absent (null): any registered model may be a read's fallback_model; a list fences it.
     "allowed_fallback_models": None,
+    # Cost bounds of one call by an application role (issue 9): refused with 22023 when passed.
+    "max_add_chars": 1_000_000,
+    "search_max_query_chars": 4_000,
+    "search_max_words": 32,
+    "search_max_query_nodes": 64,
+    "search_max_ranked": 2_000,
+    "extraction_max_input_chars": 200_000,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -34,6 +41,12 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "llm_timeout_s": (1, 3_600),
     "compaction_min_target_chars": (1, 1_000_000),
     "compaction_max_input_chars": (1_000, 10_000_000),
+    "max_add_chars": (1_000, 100_000_000),
+    "search_max_query_chars": (1, 1_000_000),
+    "search_max_words": (1, 10_000),
+    "search_max_query_nodes": (1, 100_000),
+    "search_max_ranked": (10, 1_000_000),
+    "extraction_max_input_chars": (1_000, 10_000_000),
 }
 
 
@@ -64,7 +77,7 @@ def json_object(function: str, field: str, text: str | None) -> dict[str, Any]:
     """Parse a jsonb argument (received as text) that must be an object; NULL reads as {}."""
     if text is None:
         return {}
-    value = json.loads(text)
+    value = parse_json(function, field, text)
     if not isinstance(value, dict):
         raise invalid(function, field, f"must be a JSON object, not {json_type(value)}")
     return value
@@ -178,9 +191,147 @@ def state(function: str, value: str) -> str:
     return upper
 
 
-def parse_json(function: str, field: str, text: str) -> Any:
-    """Parse JSON text from a jsonb argument (PostgreSQL already checked its syntax)."""
+# Hostile JSON (issue 9): PostgreSQL's jsonb takes any depth and any number of digits, Python's
+# json does not (RecursionError past ~1000 levels, ValueError past 4300 digits), and neither is
+# anything an API argument needs. Refused up front with 22023 naming the field.
+JSON_MAX_DEPTH = 100
+JSON_MAX_NUMBER_CHARS = 100
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_PATH_PARTS = 2  # how much of the path below the argument an error names: turns[3].meta
+
+
+class _BadNumber(Exception):
+    def __init__(self, text: str, problem: str) -> None:
+        super().__init__(problem)
+        self.text = text
+        self.problem = problem
+
+
+def _int(text: str) -> int:
+    if len(text) > JSON_MAX_NUMBER_CHARS:
+        raise _BadNumber(text, f"has a number of {len(text)} characters")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    if len(text) > JSON_MAX_NUMBER_CHARS:
+        raise _BadNumber(text, f"has a number of {len(text)} characters")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _BadNumber(text, "has a number out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _BadNumber(text, f"has {text}, which is not a JSON number")
+
+
+# One decoder, made once: json.loads with hooks would build a new one on every call (~3 µs).
+_DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+
+
+def _path(field: str, parts: list[Any]) -> str:
+    """``field`` and the first parts of the path below it, as an error message names them."""
+    out = field
+    for part in parts[:_PATH_PARTS]:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}"
+        else:
+            key = part if len(part) <= 40 else part[:39] + "…"
+            out += "[" + CONTROL_CHARS.sub("?", json.dumps(key, ensure_ascii=False)) + "]"
+    return out
+
+
+def _too_deep(value: Any) -> list[Any] | None:
+    """The path to the first container nested deeper than JSON_MAX_DEPTH, or None. Visits
+    containers only: the cost follows their number, not the size of the strings in them."""
+    stack: list[tuple[Any, int, list[Any]]] = [(value, 1, [])]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > JSON_MAX_DEPTH:
+            return path
+        items = node.items() if type(node) is dict else enumerate(node)
+        for key, child in items:
+            if type(child) is dict or type(child) is list:
+                stack.append((child, depth + 1, [*path[:_PATH_PARTS], key]))
+    return None
+
+
+def _text_path(text: str, stop: int | None) -> list[Any]:
+    """The path of the value at offset ``stop`` of JSON ``text``, or (``stop`` None) of the first
+    container nested deeper than JSON_MAX_DEPTH. A slow scan, for error messages only: it runs
+    when json.loads has already refused the text."""
+    stack: list[list[Any]] = []  # [kind, index or key]
+    in_string = escaped = False
+    start = 0
+    last_string = ""
+    for i, c in enumerate(text):
+        if stop is not None and i >= stop:
+            break
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+                last_string = text[start:i]
+            continue
+        if c == '"':
+            in_string, start = True, i + 1
+        elif c in "[{":
+            stack.append(["[", 0] if c == "[" else ["{", None])
+            if stop is None and len(stack) > JSON_MAX_DEPTH:
+                break
+        elif c in "]}":
+            stack.pop()
+        elif c == ":" and stack:
+            try:
+                stack[-1][1] = json.loads(f'"{last_string}"')
+            except ValueError:
+                stack[-1][1] = last_string
+        elif c == "," and stack and stack[-1][0] == "[":
+            stack[-1][1] += 1
+    return [entry[1] for entry in stack[:_PATH_PARTS] if entry[1] is not None]
+
+
+def parse_json(function: str, field: str, text: str, max_chars: int | None = None) -> Any:
+    """Parse the text of a jsonb argument, refusing (22023, naming the field) what would cost
+    more than it may or would fail inside Python's json: more than ``max_chars`` characters
+    (checked before parsing), containers nested deeper than JSON_MAX_DEPTH, numbers longer than
+    JSON_MAX_NUMBER_CHARS or out of a float's range. Every jsonb argument goes through here."""
+    if max_chars is not None and len(text) > max_chars:
+        raise invalid(
+            function,
+            field,
+            f"has {len(text)} characters of JSON, more than the limit of {max_chars}",
+        )
+    depth_problem = f"is nested deeper than {JSON_MAX_DEPTH} levels"
+    depth_hint = f"JSON arguments nest at most {JSON_MAX_DEPTH} arrays and objects deep"
     try:
-        return json.loads(text)
+        value = _DECODER.decode(text)
+    except _BadNumber as e:
+        where = _path(field, _text_path(text, text.find(e.text)))
+        raise invalid(
+            function,
+            where,
+            f"{e.problem}",
+            hint=f"numbers of at most {JSON_MAX_NUMBER_CHARS} "
+            "characters, within the range of a double",
+        ) from None
+    except RecursionError:
+        raise invalid(
+            function, _path(field, _text_path(text, None)), depth_problem, hint=depth_hint
+        ) from None
     except ValueError as e:  # only reachable when called with text that is not from jsonb
         raise ApiError("22023", f"aidb_memory.{function}: {field} is not valid JSON: {e}") from e
+    # No deeper than the number of brackets in the text: most arguments need no walk at all.
+    if (type(value) is dict or type(value) is list) and (
+        text.count("[") + text.count("{") > JSON_MAX_DEPTH
+    ):
+        deep = _too_deep(value)
+        if deep is not None:
+            raise invalid(function, _path(field, deep), depth_problem, hint=depth_hint)
+    return value
