@@ -225,5 +225,5 @@ def defined_objects(statements: Iterable[str]) -> tuple[list[str], list[str]]:
             ]
             functions.append(f"{_qualified(stmt.funcname)}({', '.join(args)})")
         elif kind == "ViewStmt":
-            views.append(f"{stmt.view.schemaname}.{stmt.view.relname}")
+            views.append(f"{stmt.view.schemaname or 'aidb_memory'}.{stmt.view.relname}")
     return functions, views
