@@ -57,8 +57,7 @@ def test_defined_objects_reads_signatures_and_views() -> None:
         [
             "CREATE FUNCTION aidb_memory.f(a text, OUT b int, VARIADIC c text[]) "
             "LANGUAGE sql AS 'SELECT 1'",
-            "CREATE FUNCTION aidb_memory.g(x int) RETURNS TABLE (y int) LANGUAGE sql "
-            "AS 'SELECT 1'",
+            "CREATE FUNCTION aidb_memory.g(x int) RETURNS TABLE (y int) LANGUAGE sql AS 'SELECT 1'",
             "CREATE OR REPLACE VIEW aidb_memory.v AS SELECT 1",
             "GRANT SELECT ON aidb_memory.v TO PUBLIC",
         ]
