@@ -209,11 +209,20 @@ def _qualified(names: Sequence[Any]) -> str:
     return ".".join(n.sval for n in names)
 
 
-def defined_objects(statements: Iterable[str]) -> tuple[list[str], list[str]]:
-    """The functions (as ``regprocedure`` input: ``schema.name(type, ...)``) and views that
-    ``statements`` create: what install's code part makes, so anything else of those kinds in
-    the schema was added by hand."""
-    functions, views = [], []
+@dataclass(frozen=True)
+class Defined:
+    """What ``sql/`` creates: functions as ``regprocedure`` input (``schema.name(type, ...)``),
+    views as ``schema.name``, triggers as ``name on schema.table``."""
+
+    functions: list[str]
+    views: list[str]
+    triggers: list[str]
+
+
+def defined_objects(statements: Iterable[str]) -> Defined:
+    """The functions, views and triggers that ``statements`` create: what install's code part
+    makes, so anything else of those kinds in the schema was added by hand."""
+    functions, views, triggers = [], [], []
     for raw in pglast.parse_sql(";\n".join(statements)):
         stmt: Any = raw.stmt
         kind = type(stmt).__name__
@@ -226,4 +235,7 @@ def defined_objects(statements: Iterable[str]) -> tuple[list[str], list[str]]:
             functions.append(f"{_qualified(stmt.funcname)}({', '.join(args)})")
         elif kind == "ViewStmt":
             views.append(f"{stmt.view.schemaname or 'aidb_memory'}.{stmt.view.relname}")
-    return functions, views
+        elif kind == "CreateTrigStmt":
+            table = f"{stmt.relation.schemaname or 'aidb_memory'}.{stmt.relation.relname}"
+            triggers.append(f"{stmt.trigname} on {table}")
+    return Defined(functions, views, triggers)

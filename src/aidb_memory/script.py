@@ -179,14 +179,29 @@ SCHEMA_DRIFT_HINT = (
 
 
 def _drop_extras(bundle: CodeBundle) -> str:
-    """Before sql/ is applied: drop the functions and views of the schema that sql/ does not
-    define (a hand edit, or left by an older version), without CASCADE, so that if something
-    depends on one, install fails naming it. What sql/ defines is re-created right after, so a
-    function dropped here by mistake would only be re-created. Extension members are not ours."""
-    functions, views = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
-    keep_functions = ", ".join(f"to_regprocedure({literal(f)})" for f in functions) or "NULL"
-    keep_views = ", ".join(f"to_regclass({literal(v)})" for v in views) or "NULL"
+    """Before sql/ is applied: drop the triggers, views and functions of the schema that sql/
+    does not define (a hand edit, or left by an older version), without CASCADE, so that if
+    something depends on one, install fails naming it. What sql/ defines is re-created right
+    after, so an object dropped here by mistake would only be re-created. Extension members, and
+    functions that what migrations made (an index, a default) uses, are not the code part's."""
+    defined = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
+    keep_functions = (
+        ", ".join(f"to_regprocedure({literal(f)})" for f in defined.functions) or "NULL"
+    )
+    keep_views = ", ".join(f"to_regclass({literal(v)})" for v in defined.views) or "NULL"
+    keep_triggers = ", ".join(literal(t) for t in defined.triggers) or "NULL"
     return f"""IF {_CODE_FLAG} THEN
+    FOR r IN
+        SELECT t.tgname, t.tgrelid::regclass::text AS rel
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND NOT t.tgisinternal
+          AND t.tgname || ' on ' || t.tgrelid::regclass::text
+              <> ALL (ARRAY[{keep_triggers}]::text[])
+        ORDER BY 1, 2
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
+        {_notice("dropped trigger % on %, which is not part of this package", "r.tgname", "r.rel")}
+    END LOOP;
     FOR r IN
         SELECT c.oid::regclass::text AS v
         FROM pg_class c
@@ -204,6 +219,12 @@ def _drop_extras(bundle: CodeBundle) -> str:
         FROM pg_proc p
         WHERE p.pronamespace = '{SCHEMA}'::regnamespace
           AND p.oid::regprocedure <> ALL (ARRAY[{keep_functions}]::regprocedure[])
+          -- A function that an index, default, constraint or type uses is part of what the
+          -- migrations made, not of the code part.
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                          WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = p.oid
+                            AND d.classid NOT IN ('pg_proc'::regclass, 'pg_rewrite'::regclass,
+                                                  'pg_trigger'::regclass))
           AND NOT EXISTS (SELECT 1 FROM pg_depend d
                           WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                             AND d.deptype = 'e')

@@ -69,15 +69,21 @@ def test_a_module_added_by_hand_is_drift_and_install_removes_it(db: Database) ->
 def test_extra_functions_and_views_are_drift_and_install_drops_them(db: Database) -> None:
     expected = _functions(db)
     db.sql("CREATE FUNCTION aidb_memory.extra(n int) RETURNS int LANGUAGE sql AS 'SELECT n'")
-    db.sql("CREATE VIEW aidb_memory.extra_view AS SELECT 1 AS one")
+    db.sql("CREATE VIEW aidb_memory.extra_view AS SELECT aidb_memory.extra(1) AS one")
+    db.sql(
+        "CREATE TRIGGER extra_trigger AFTER INSERT ON aidb_memory.memory "
+        "FOR EACH STATEMENT EXECUTE FUNCTION aidb_memory.memory_words_added()"
+    )
 
     err = fails(run_cli("verify", dsn=db.dsn()))
     assert "function aidb_memory.extra(integer) is not part of aidb_memory" in err
     assert "view aidb_memory.extra_view is not part of aidb_memory" in err
+    assert "trigger extra_trigger on aidb_memory.memory is not part of aidb_memory" in err
     out = ok(run_cli("install", dsn=db.dsn()))
 
     assert "dropped function aidb_memory.extra(integer)" in out
     assert "dropped view aidb_memory.extra_view" in out
+    assert "dropped trigger extra_trigger on aidb_memory.memory" in out
     assert _functions(db) == expected
     assert db.value("SELECT to_regclass('aidb_memory.extra_view')") is None
     ok(run_cli("verify", dsn=db.dsn()))
@@ -179,7 +185,8 @@ def test_every_function_and_view_of_sql_is_recognised_as_the_packages(db: Databa
     from aidb_memory.installer import Package
 
     bundle = Package.load().bundle
-    functions, views = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
+    defined = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
+    functions, views = defined.functions, defined.views
     resolved = db.value(
         "SELECT count(DISTINCT pg_catalog.to_regprocedure(f)) FROM unnest(%s::text[]) AS f",
         (functions,),

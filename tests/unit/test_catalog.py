@@ -53,14 +53,17 @@ def test_modules_digest_matches_the_sql_definition() -> None:
 
 
 def test_defined_objects_reads_signatures_and_views() -> None:
-    functions, views = catalog.defined_objects(
+    defined = catalog.defined_objects(
         [
             "CREATE FUNCTION aidb_memory.f(a text, OUT b int, VARIADIC c text[]) "
             "LANGUAGE sql AS 'SELECT 1'",
             "CREATE FUNCTION aidb_memory.g(x int) RETURNS TABLE (y int) LANGUAGE sql AS 'SELECT 1'",
             "CREATE OR REPLACE VIEW aidb_memory.v AS SELECT 1",
             "GRANT SELECT ON aidb_memory.v TO PUBLIC",
+            "CREATE OR REPLACE TRIGGER t AFTER DELETE ON aidb_memory.s "
+            "FOR EACH STATEMENT EXECUTE FUNCTION aidb_memory.f()",
         ]
     )
-    assert functions == ["aidb_memory.f(text, text[])", "aidb_memory.g(integer)"]
-    assert views == ["aidb_memory.v"]
+    assert defined.triggers == ["t on aidb_memory.s"]
+    assert defined.functions == ["aidb_memory.f(text, text[])", "aidb_memory.g(integer)"]
+    assert defined.views == ["aidb_memory.v"]
