@@ -1,9 +1,11 @@
-"""The ``aidb-memory`` command (SPEC §7). Exit 0 success, 1 failure, 2 usage error."""
+"""The ``aidb-memory`` command (SPEC §7). Exit 0 success, 1 failure, 2 usage error, 141 when
+standard output was closed before the command finished writing (``aidb-memory sql | head -1``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,35 @@ from aidb_memory.connection import CliError, connect, first_line
 from aidb_memory.migrations import SqlSourceError
 from aidb_memory.sources import SourceTree, default_tree
 
+# 128 + SIGPIPE: what a shell reports for a program that a closed pipe stopped.
+EXIT_CLOSED_PIPE = 141
+
+
+class _Stdout:
+    closed = False
+
+
+def _stdout_closed() -> None:
+    """The reader of standard output went away: send the rest of the output nowhere, the final
+    flush at interpreter exit included (it would print "Exception ignored ... BrokenPipeError")."""
+    _Stdout.closed = True
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    # Also called from psycopg's notice handler, which would log (with a traceback) any
+    # exception raised here and go on: so a closed pipe is noted here, not raised.
+    if _Stdout.closed:
+        return
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        _stdout_closed()
 
 
 def _package(args: argparse.Namespace) -> Any:
@@ -258,6 +286,19 @@ def database_error(command: str, error: psycopg.Error) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a closed standard output ends it quietly with 141. The command itself
+    is not interrupted by it (an install still commits or rolls back as a whole): only the rest
+    of its output is lost."""
+    code = EXIT_CLOSED_PIPE
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the flush at interpreter exit
+    except BrokenPipeError:
+        _stdout_closed()
+    return EXIT_CLOSED_PIPE if _Stdout.closed else code
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -267,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     except psycopg.Error as e:
         print(database_error(args.command, e), file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # main's, quietly
     except OSError as e:
         print(f"aidb-memory: {args.command} failed: {e}", file=sys.stderr)
         return 1
