@@ -39,8 +39,9 @@ def qualify(template: str, schema: str) -> str:
     return template.replace(PLACEHOLDER, quote_ident(schema))
 
 
-def trgm_schema() -> str:
-    """The schema pg_trgm is in, looked up once per connection."""
+def trgm_schema(function: str) -> str:
+    """The schema pg_trgm is in, looked up once per connection; ``function`` (the public
+    function being run) names the caller in the error when pg_trgm is missing."""
     if not _schema:
         from aidb_memory_server import db
         from aidb_memory_server.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, ApiError
@@ -49,17 +50,19 @@ def trgm_schema() -> str:
         if not rows.nrows():
             raise ApiError(
                 OBJECT_NOT_IN_PREREQUISITE_STATE,
-                "aidb_memory: the pg_trgm extension is not installed in this database",
-                hint="a superuser runs aidb-memory install, which creates it",
+                f"aidb_memory.{function}: the pg_trgm extension is not installed in this database",
+                hint="a superuser runs CREATE EXTENSION pg_trgm (in any schema) and recreates "
+                "the index aidb_memory.memory_word_trgm_idx that went with it",
             )
         _schema.append(str(rows[0]["nspname"]))
     return _schema[0]
 
 
-def trgm_sql(template: str) -> str:
-    """``template`` qualified by pg_trgm's schema (built once per connection)."""
+def trgm_sql(template: str, function: str) -> str:
+    """``template`` qualified by pg_trgm's schema (built once per connection); ``function`` as
+    for ``trgm_schema``."""
     built = _built.get(template)
     if built is None:
-        built = qualify(template, trgm_schema())
+        built = qualify(template, trgm_schema(function))
         _built[template] = built
     return built

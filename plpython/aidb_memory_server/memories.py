@@ -324,7 +324,7 @@ NEAR_WORDS = 3
 def _word_queries(namespace_id: int, actor: str, query: str) -> tuple[str | None, str | None]:
     """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery)."""
     rows = db.execute(
-        extensions.trgm_sql(_NEAR_WORDS),
+        extensions.trgm_sql(_NEAR_WORDS, "search"),
         ("bigint", "text", "text", "int"),
         (namespace_id, actor, query, NEAR_WORDS),
     )

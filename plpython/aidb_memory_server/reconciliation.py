@@ -167,7 +167,7 @@ def apply(
     def store(text: str) -> tuple[int, bool]:
         """(memory id, whether it is new) for ``text``: an existing duplicate or a new row."""
         same = db.execute(
-            extensions.trgm_sql(_SAME),
+            extensions.trgm_sql(_SAME, "process_events"),
             ("bigint", "text", "text", "text", "float4", "int"),
             (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE, NEAR_CANDIDATES),
         )

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
@@ -191,3 +192,20 @@ def test_a_database_that_applied_the_first_text_of_0005_upgrades(db: Database) -
     refused = run_cli("install", dsn=db.dsn())
     assert refused.returncode != 0
     assert "0005_memories.sql was edited after it was applied" in refused.stdout + refused.stderr
+
+
+def test_without_pg_trgm_search_says_so_and_works_again_once_it_is_back(db: Database) -> None:
+    """pg_trgm dropped behind our back (CASCADE takes the trigram index): search's near words
+    fail with 55000 naming search and the fix; once it is created again (elsewhere), search works
+    on the same connection (the schema is looked up again until found)."""
+    db.sql("SELECT aidb_memory.init(%s)", (NS,), user=ADMIN_USER)
+    db.sql("DROP EXTENSION pg_trgm CASCADE")
+    search = "SELECT count(*) FROM aidb_memory.search(%s, %s, %s)"
+    with db.connect(APP_USER) as app:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as info:
+            app.execute(search, (NS, "alice", "ordre"))
+        diag = info.value.diag
+        assert str(diag.message_primary).startswith("aidb_memory.search: the pg_trgm extension")
+        assert "CREATE EXTENSION pg_trgm" in str(diag.message_hint)
+        db.sql("CREATE EXTENSION pg_trgm WITH SCHEMA public")
+        assert app.execute(search, (NS, "alice", "ordre")).fetchone() == (0,)
