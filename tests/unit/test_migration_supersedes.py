@@ -75,6 +75,12 @@ def test_the_install_script_accepts_every_superseded_checksum(tmp_path: Path) ->
     assert "r.applied = ANY (r.expected)" in check
 
 
+def test_0005_supersedes_the_text_first_released() -> None:
+    """The text of 0005_memories.sql that required pg_trgm and btree_gin in pg_catalog."""
+    (m,) = [m for m in load_migrations(default_tree().migrations_dir) if m.name == "0005_memories"]
+    assert m.supersedes == ("6f5d8e2a6763f85670459adab9d8747a017c9bdc39710cff183674c62f4f4cd8",)
+
+
 def _write(directory: Path, text: str) -> Path:
     (directory / "0001_t.sql").write_text(text, encoding="utf-8")
     return directory
