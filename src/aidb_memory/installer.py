@@ -131,7 +131,7 @@ def compare(state: State, package: Package) -> Report:
             problems.append(
                 f"migration {name} is applied but unknown to this package ({__version__})"
             )
-        elif known[name].checksum != checksum:
+        elif checksum not in known[name].accepted:
             problems.append(f"migration {name}.sql was edited after it was applied")
     pending = [m.name for m in package.migrations if m.name not in state.applied]
     code_current = (

@@ -130,22 +130,26 @@ def preamble() -> list[Step]:
 
 def migration_steps(migrations: list[Migration]) -> list[Step]:
     """Refuse edited or unknown migrations, then apply the pending ones in order."""
+    # Each migration with every checksum it accepts: its own and those it supersedes.
     known = (
-        ", ".join(f"({literal(m.name)}, {literal(m.checksum)})" for m in migrations)
-        or "(NULL, NULL)"
+        ", ".join(
+            f"({literal(m.name)}, ARRAY[{', '.join(literal(c) for c in m.accepted)}])"
+            for m in migrations
+        )
+        or "(NULL, NULL::text[])"
     )
     check = do_block(
         f"""FOR r IN
-    SELECT a.name, a.checksum AS applied, k.checksum AS expected
+    SELECT a.name, a.checksum AS applied, k.checksums AS expected
     FROM {SCHEMA}.schema_migrations a
-    LEFT JOIN (VALUES {known}) AS k(name, checksum) ON k.name = a.name
+    LEFT JOIN (VALUES {known}) AS k(name, checksums) ON k.name = a.name
     ORDER BY a.name
 LOOP
     IF r.expected IS NULL THEN
         RAISE EXCEPTION 'aidb_memory: migration % is applied in this database but unknown to '
             'this package (version {__version__})', r.name
             USING HINT = 'install a newer aidb-memory package; never downgrade';
-    ELSIF r.expected <> r.applied THEN
+    ELSIF NOT (r.applied = ANY (r.expected)) THEN
         RAISE EXCEPTION 'aidb_memory: migration %.sql was edited after it was applied', r.name
             USING HINT = 'restore the file as it was applied and add a new migration '
                          'for the change';
