@@ -25,6 +25,7 @@ from deployments import Standby, replication_primary, standby_of
 from fake_openai import FakeOpenAI, Reply, serve
 
 NS = "replicated"
+EMBEDDED = "embedded"  # a namespace whose search embeds the query: a model call on every search
 FACTS = ["Alice prefers green tea over coffee", "Alice lives in Lisbon near the river"]
 
 
@@ -34,6 +35,7 @@ class Replicated:
     standby: Standby
     fake: FakeOpenAI
     memories: dict[str, str]  # content -> public id
+    embedded: dict[str, str]  # content -> public id, in namespace EMBEDDED
 
     def standby_connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.standby.dsn(self.primary.name, APP_USER), autocommit=True)
@@ -79,6 +81,32 @@ def _write(db: Database, fake: FakeOpenAI) -> dict[str, str]:
     return memories
 
 
+def _write_embedded(db: Database, fake: FakeOpenAI) -> dict[str, str]:
+    """Namespace EMBEDDED: an embedding model and three memories embedded with it."""
+    opts = {"model": "fake-embedding", "base_url": fake.base_url, "max_retries": 0}
+    db.sql("SELECT aidb_memory.create_model('emb', 'openai', %s::jsonb)", (json.dumps(opts),))
+    db.sql('SELECT aidb_memory.init(%s, \'{"embedding": "emb"}\'::jsonb)', (EMBEDDED,))
+    facts = {
+        "The customer owns a dog named Rex": [1.0, 0.0, 0.0],
+        "Invoice 4411 was paid in March": [0.0, 1.0, 0.0],
+        "Prefers e-mail to phone calls": [0.0, 0.2, 1.0],
+    }
+    return {
+        content: str(
+            db.value(
+                """INSERT INTO aidb_memory.memory
+                       (namespace_id, actor_id, content, content_hash, embedding,
+                        embedding_model)
+                   VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
+                           %s, md5(%s), %s::real[], 'emb')
+                   RETURNING public_id::text""",
+                (EMBEDDED, content, content, vector),
+            )
+        )
+        for content, vector in facts.items()
+    }
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeOpenAI]:
     with serve() as server:
@@ -105,9 +133,10 @@ def replicated(template_db: Database, server_pylib: Path, fake: FakeOpenAI) -> I
             conn.execute(f"CREATE ROLE {APP_USER} LOGIN IN ROLE aidb_users")
             conn.commit()
         memories = _write(primary, fake)
+        embedded = _write_embedded(primary, fake)
         with standby_of(server) as standby:
             standby.catch_up()
-            yield Replicated(primary, standby, fake, memories)
+            yield Replicated(primary, standby, fake, memories, embedded)
     finally:
         server.stop()
 
@@ -214,6 +243,41 @@ def test_memory_reads_on_the_standby_return_what_the_primary_wrote(
         key=lambda row: row[1],
     )
     assert nobody == []
+
+
+def test_a_search_that_embeds_its_query_works_on_the_standby(replicated: Replicated) -> None:
+    """The query's embedding is a model call whose result needs no storing: it is made, and its
+    usage row, which a standby cannot write, is left out (it used to fail the search with 25006
+    after the call was paid for)."""
+    before = len(replicated.fake.calls("/embeddings"))
+    replicated.fake.queue(Reply(embedding=[0.9, 0.1, 0.0]))
+    with replicated.standby_connect() as conn:
+        found = conn.execute(
+            "SELECT id::text, content FROM aidb_memory.search(%s, 'alice', 'pets')", (EMBEDDED,)
+        ).fetchall()
+    assert len(replicated.fake.calls("/embeddings")) == before + 1
+    dog = "The customer owns a dog named Rex"
+    assert found[0] == (replicated.embedded[dog], dog)  # the vector signal alone finds it
+
+
+def test_a_search_that_embeds_its_query_works_in_a_read_only_transaction(
+    replicated: Replicated,
+) -> None:
+    """The same on the primary in a READ ONLY transaction (what a router sending reads to
+    read-only connections gives): the search works; its usage row is not written."""
+    replicated.fake.queue(Reply(embedding=[0.0, 0.9, 0.1]))
+    usage = "SELECT count(*) FROM aidb_memory.model_usage WHERE purpose = 'embedding'"
+    before = replicated.primary.value(usage)
+    with replicated.primary.connect(APP_USER, autocommit=False) as conn:
+        conn.execute("SET TRANSACTION READ ONLY")
+        found = conn.execute(
+            "SELECT id::text, content FROM aidb_memory.search(%s, 'alice', 'payments')",
+            (EMBEDDED,),
+        ).fetchall()
+        conn.rollback()
+    invoice = "Invoice 4411 was paid in March"
+    assert found[0] == (replicated.embedded[invoice], invoice)
+    assert replicated.primary.value(usage) == before
 
 
 def test_a_read_that_needs_compaction_on_the_standby_calls_no_model(
