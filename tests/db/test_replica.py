@@ -10,7 +10,7 @@ the application after it has replayed everything the primary wrote.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,10 +175,11 @@ def test_session_reads_on_the_standby_return_what_the_primary_wrote(
         "SELECT aidb_memory.session_messages(%(ns)s, 'alice', %(session)s)",
     ]
     results = {}
-    for where, connect in (
+    connects: list[tuple[str, Callable[[], psycopg.Connection[Any]]]] = [
         ("primary", lambda: replicated.primary.connect(APP_USER)),
         ("standby", replicated.standby_connect),
-    ):
+    ]
+    for where, connect in connects:
         with connect() as conn:
             results[where] = [
                 conn.execute(query, {"ns": NS, "session": session}).fetchall()
