@@ -58,6 +58,27 @@ def needed(unsummarized_chars: int, newest_summary_chars: int, limit_chars: int)
     return unsummarized_chars > 0 and unsummarized_chars + newest_summary_chars > limit_chars
 
 
+def past_share(total_chars: int) -> int:
+    """The fewest chars before a cut that reach three quarters of ``total_chars``: the bound
+    of :func:`choose_cut`'s "at or past three quarters", as the cut query in SQL uses it."""
+    return -(-SHARE_NUM * total_chars // SHARE_DEN)
+
+
+def head_and_tail(from_offset: int, to_offset: int, max_input_chars: int) -> tuple[int, int]:
+    """For a round larger than the input cap, (head_end, tail_start): the model is sent the
+    chars before head_end and from tail_start, half the cap each (the opening states the goal,
+    the end the latest state), never the whole round."""
+    head = max_input_chars // 2
+    return from_offset + head, to_offset - (max_input_chars - head)
+
+
+def over_budget_alone(tail_round_start: int, covered_seq: int) -> bool:
+    """Whether the newest round is all that is left to summarize: then no summary can help a
+    read that is over budget (a summary never covers the newest round, which an add may still
+    extend), whatever model there is."""
+    return tail_round_start <= covered_seq + 1
+
+
 def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> int | None:
     """The last seq to summarize, or None when no round can be summarized.
 

@@ -550,12 +550,19 @@ def session_read_plan(
         # A summary never covers the newest round, so covered_seq < end_seq.
         lo_offset, lo_seq = covered_offset, covered_seq + 1
         unsummarized = end_offset - covered_offset
+        newest = int(s["newest_summary_chars"])
         if unsummarized <= limit_chars:
             summary_room = limit_chars - unsummarized
+        elif 0 < newest <= compaction.target_chars(limit_chars):
+            # Still catching up: the summary made so far, then the newest turns in what is left.
+            summary_room = newest
+            lo_offset, lo_seq = end_offset - (limit_chars - newest), 0
         else:
             lo_offset, lo_seq = end_offset - limit_chars, 0
-        if compaction.needed(unsummarized, int(s["newest_summary_chars"]), limit_chars):
-            if compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
+        if compaction.needed(unsummarized, newest, limit_chars):
+            if compaction.over_budget_alone(int(s["tail_round_start"]), covered_seq):
+                warnings.append("newest_round_over_budget")  # no model could help
+            elif compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
                 warnings.append("compaction_budget_too_small")  # no model is contacted
             else:
                 compact = True
