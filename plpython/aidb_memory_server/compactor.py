@@ -237,7 +237,9 @@ def _compact(
 ) -> list[str]:
     state = db.execute(_STATE, ("bigint",), (ref,))
     if not state.nrows():
-        return []
+        # Deleted while we waited for its lock row (the deletion had removed it uncommitted):
+        # the row we inserted goes again (session_compact drops it on any warning).
+        return ["compaction_busy"]
     s = state[0]
     end_seq = int(s["tail_round_start"]) if s["open"] else int(s["next_seq"])
     end_offset = (

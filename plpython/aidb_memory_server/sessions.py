@@ -586,11 +586,16 @@ def session_read_plan(
 
 # --- session_end -------------------------------------------------------------------------------
 
+# FOR NO KEY UPDATE, like add: it serializes the writers of a session, but does not conflict with
+# the FOR KEY SHARE a compaction's summary insert takes (its foreign key). With FOR UPDATE, a
+# transaction that ended (or popped) and then popped again would hold the session row while
+# waiting for the compaction lock, and the compaction holding that lock would wait for the
+# session row: a deadlock (issue 10, tests/db/test_lock_order.py).
 _LOCK_SESSION = """
 SELECT id, closed_at IS NOT NULL AS closed, next_seq, last_user_seq, tail_round_start
 FROM aidb_memory.session
 WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
-FOR UPDATE
+FOR NO KEY UPDATE
 """
 # The handoff is built from stored facts only (no model call), so it is deterministic.
 _CLOSE = """
