@@ -83,16 +83,20 @@ def _generate(db: Database, contents_sql: str, n: int) -> None:
 
 
 def _read_counting(db: Database, limit_chars: int) -> tuple[tuple[Any, ...], int]:
-    """A budgeted read, and the turn rows its transaction fetched or scanned."""
+    """A budgeted read, and the turn rows its transaction read."""
     with db.connect(autocommit=False) as conn:
         row = conn.execute(
             "SELECT items, overflow_chars, compacted_entries, warnings "
             "FROM aidb_memory.session_get(%s, 'alice', 's', %s)",
             (NS, limit_chars),
         ).fetchone()
+        # Heap rows a sequential scan read, a bitmap scan fetched (both counted on the
+        # table) or an index scan fetched (counted on its index).
         read = conn.execute(
-            "SELECT pg_stat_get_xact_tuples_fetched(c.oid) + pg_stat_get_xact_tuples_returned(c.oid)"
-            " FROM pg_class c WHERE c.oid = 'aidb_memory.turn'::regclass"
+            "SELECT pg_stat_get_xact_tuples_returned(t.oid) + pg_stat_get_xact_tuples_fetched(t.oid)"
+            " + (SELECT sum(pg_stat_get_xact_tuples_fetched(i.indexrelid)) FROM pg_index i"
+            "    WHERE i.indrelid = t.oid)"
+            " FROM pg_class t WHERE t.oid = 'aidb_memory.turn'::regclass"
         ).fetchone()
         conn.commit()
     assert row is not None and read is not None
