@@ -3,8 +3,8 @@
 When a budgeted read finds that the unsummarized turns and the newest summary no longer fit, the
 oldest three quarters (by chars) of the unsummarized turns, cut at a round boundary, become one
 summary of at most a quarter of the budget. This module decides whether a read should compact,
-where the cut falls, what the model is sent, and whether its answer is usable; ``compactor``
-does the database part.
+the rule of where the cut falls, what the model is sent, and whether its answer is usable;
+``compactor`` does the database part.
 
 Why this keeps compaction rare: it only runs when the unsummarized turns U exceed the budget B
 less the newest summary (at most B/4), so U > 3B/4; the cut is the first round boundary at or
@@ -81,6 +81,10 @@ def over_budget_alone(tail_round_start: int, covered_seq: int) -> bool:
 
 def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> int | None:
     """The last seq to summarize, or None when no round can be summarized.
+
+    The rule itself: the compactor chooses the cut with one SQL statement that follows it over
+    the char offsets (``compactor._CUT``), so as not to load the history;
+    tests/db/test_compaction_bounds.py checks that the two agree.
 
     ``spans`` are the unsummarized readable turns in order; the first begins a round. A cut after
     a turn is allowed when no round crosses it (every later turn's round starts after it) and the

@@ -9,7 +9,12 @@ returns the warning that says why no summary was written, or nothing when one wa
   the history as it was. Only our code can lock that row (no role has any privilege on the
   table), unlike an advisory lock, whose keys any connected role could hold to keep every read
   of the session busy.
+- A transaction that cannot write (READ ONLY, a hot standby) stops first: ``compaction_read_only``,
+  no model call whose summary could not be stored.
 - The state is read again under the lock (another backend may have compacted meanwhile).
+- The cut is chosen in SQL over the char offsets (``_CUT``), and only the turns to summarize are
+  read, at most ``compaction_max_input_chars`` of them (a larger round: its head and tail), so a
+  compaction costs the same on a session of any length.
 - The model is called outside any savepoint, so its usage row stays whatever happens next; the
   summary is written only if the turns it covers are still there as they were read.
   ``session_pop`` takes the same lock (waiting, before it locks the session row, which the
@@ -277,7 +282,9 @@ def _compact(
     else:  # one round larger than the cap: its head and its tail
         head_end, tail_start = compaction.head_and_tail(covered_offset, cut_offset, cap)
         rows = list(
-            db.execute(_CLIPPED_SOURCES, _CLIPPED_TYPES, (ref, covered_seq, cut, head_end, tail_start))
+            db.execute(
+                _CLIPPED_SOURCES, _CLIPPED_TYPES, (ref, covered_seq, cut, head_end, tail_start)
+            )
         )
     sources = [
         Source(

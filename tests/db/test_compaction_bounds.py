@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from aidb_memory_server import compaction
 from conftest import APP_USER, Database
 from fake_openai import FakeOpenAI, Reply, serve
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plpython"))
-from aidb_memory_server import compaction  # noqa: E402
 
 NS = "bounds"
 CAP = 20_000  # compaction_max_input_chars of these tests
@@ -93,7 +89,8 @@ def _read_counting(db: Database, limit_chars: int) -> tuple[tuple[Any, ...], int
         # Heap rows a sequential scan read, a bitmap scan fetched (both counted on the
         # table) or an index scan fetched (counted on its index).
         read = conn.execute(
-            "SELECT pg_stat_get_xact_tuples_returned(t.oid) + pg_stat_get_xact_tuples_fetched(t.oid)"
+            "SELECT pg_stat_get_xact_tuples_returned(t.oid)"
+            " + pg_stat_get_xact_tuples_fetched(t.oid)"
             " + (SELECT sum(pg_stat_get_xact_tuples_fetched(i.indexrelid)) FROM pg_index i"
             "    WHERE i.indrelid = t.oid)"
             " FROM pg_class t WHERE t.oid = 'aidb_memory.turn'::regclass"

@@ -127,11 +127,12 @@ def test_no_interleaving_of_the_session_api_and_a_compacting_read_deadlocks(
 ) -> None:
     opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql("SELECT aidb_memory.init(%s, '{\"llm\": \"chat\"}', '{\"llm_timeout_s\": 10}')", (NS,))
+    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\', \'{"llm_timeout_s": 10}\')', (NS,))
     with db.connect(APP_USER) as app:
         for i in range(1, 11):
             app.execute(
-                "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')", (NS, json.dumps(_exchange(i)))
+                "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')",
+                (NS, json.dumps(_exchange(i))),
             )
     log = _server_log(db)
     log_start = log.stat().st_size
@@ -169,7 +170,10 @@ def test_no_interleaving_of_the_session_api_and_a_compacting_read_deadlocks(
         f.seek(log_start)
         assert "deadlock detected" not in f.read()
     # No lock row is left without its session.
-    assert db.sql(
-        "SELECT session_ref FROM aidb_memory.compaction_lock l WHERE NOT EXISTS "
-        "(SELECT 1 FROM aidb_memory.session s WHERE s.id = l.session_ref)"
-    ) == []
+    assert (
+        db.sql(
+            "SELECT session_ref FROM aidb_memory.compaction_lock l WHERE NOT EXISTS "
+            "(SELECT 1 FROM aidb_memory.session s WHERE s.id = l.session_ref)"
+        )
+        == []
+    )
