@@ -123,7 +123,8 @@ BEGIN
             WHEN query_canceled THEN
                 -- statement_timeout or pg_cancel_backend: the attempt counts (after COMMIT,
                 -- below), then the cancel ends the call as the caller asked.
-                cancelled := SQLERRM;
+                -- PL/Python prefixes the message with its exception class; not the user's.
+                cancelled := pg_catalog.regexp_replace(SQLERRM, '^spiexceptions\.\w+: ', '');
             WHEN admin_shutdown OR invalid_parameter_value THEN
                 RAISE;
             WHEN OTHERS THEN
