@@ -182,8 +182,41 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     stop = worker.Stop()
     worker.install_signal_handlers(stop)
+    try:
+        worker.run(lambda: connect(args.dsn, autocommit=True), options, say=_say, stop=stop)
+    except CliError as e:  # the first connection: a wrong --dsn, not a passing outage
+        print(str(e), file=sys.stderr)
+        return 2
+    except worker.ConfigError as e:
+        print(database_error("worker", e.error), file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_events_list(args: argparse.Namespace) -> int:
+    from aidb_memory import events
+
     with connect(args.dsn, autocommit=True) as conn:
-        worker.run(conn, options, say=_say, stop=stop)
+        counts = events.list_counts(conn, args.namespace)
+    if args.json:
+        print(json.dumps({c.namespace: c.by_status for c in counts}, indent=2))
+        return 0
+    if not counts:
+        where = f' in namespace "{args.namespace}"' if args.namespace else ""
+        print(f"no events{where}")
+        return 0
+    for line in events.table(counts):
+        print(line)
+    return 0
+
+
+def cmd_events_retry(args: argparse.Namespace) -> int:
+    from aidb_memory import events
+
+    with connect(args.dsn, autocommit=True) as conn:
+        n = events.retry(conn, args.namespace, args.actor, args.failed_since)
+    noun = "event" if n == 1 else "events"
+    print(f'put {n} failed {noun} of namespace "{args.namespace}" back in the queue')
     return 0
 
 
@@ -267,6 +300,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--backoff", type=float, default=10.0, help="first retry delay in s, doubling (default 10)"
     )
     p.set_defaults(func=cmd_worker)
+    p = sub.add_parser("events", help="the extraction queue: counts by status, retry failed")
+    events_sub = p.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    q = events_sub.add_parser(
+        "list", parents=[common], help="events by status per namespace (admins, workers)"
+    )
+    q.add_argument("--namespace", help="only this namespace")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    q.set_defaults(func=cmd_events_list)
+    q = events_sub.add_parser(
+        "retry", parents=[common], help="put failed events back in the queue (admins)"
+    )
+    q.add_argument("--namespace", required=True, help="the namespace whose failed events to retry")
+    q.add_argument("--actor", help="only this actor's events")
+    q.add_argument(
+        "--failed-since",
+        metavar="TIMESTAMP",
+        help="only events that failed at or after this time (e.g. '2026-05-01 12:00+00')",
+    )
+    q.set_defaults(func=cmd_events_retry)
     p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
     p.set_defaults(func=cmd_demo)
     return parser
@@ -275,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
 def database_error(command: str, error: psycopg.Error) -> str:
     """One line for an error the server raised while a command ran."""
     line = f"aidb-memory: {command} failed: {first_line(error)}"
-    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+    if isinstance(error, psycopg.errors.InsufficientPrivilege) and command == "events":
+        line += "; connect as a member of aidb_admins (list: also aidb_workers) or a superuser"
+    elif isinstance(error, psycopg.errors.InsufficientPrivilege):
         line += (
             f"; {command} reads aidb_memory's own tables: connect as a superuser "
             "(e.g. user=postgres in --dsn, or PGUSER)"
