@@ -81,7 +81,9 @@ class Runtime:
                 hint="this is a bug in aidb_memory; the server log has the details",
             ) from None
 
-    def bind(self, namespace: MutableMapping[str, Any], target: str) -> Callable[[], Any]:
+    def bind(
+        self, namespace: MutableMapping[str, Any], target: str, generation: str
+    ) -> Callable[[], Any]:
         """The callable that runs ``target``, installed as the PL/Python procedure itself.
 
         PL/Python runs a function as the expression ``__plpython_procedure_<name>_<oid>()`` in
@@ -92,10 +94,19 @@ class Runtime:
         function in this connection report CONTEXT as ``Traceback (most recent call last):``
         and ``PL/Python function "<name>"``, without lines or source. The stub that calls this
         (the first call) still shows its own frame.
+
+        Bound, the callable skips the stub's check of the code generation: that is safe only
+        when this runtime is the generation the stub was rendered with (a new generation
+        rewrites every function, which makes PL/Python compile it again, with new globals). A
+        runtime loaded from an older snapshot than the catalog's (see ``boot``) is not bound.
         """
         name = sys._getframe(1).f_code.co_name
         call = self._entry(namespace, target)
-        if name.startswith("__plpython_procedure_") and name in namespace:
+        if (
+            generation == self.generation
+            and name.startswith("__plpython_procedure_")
+            and name in namespace
+        ):
             namespace[name] = call
         return call
 

@@ -48,7 +48,7 @@ if rt is None or rt.generation != "{generation}":
             "__module__": "aidb_memory", "sqlstate": getattr(e, "sqlstate", None),
             "detail": getattr(e, "detail", None), "hint": getattr(e, "hint", None),
         }})(" ".join(str(e.args[0] if e.args else "").split())) from None
-return rt.bind(globals(), "{target}")()
+return rt.bind(globals(), "{target}", "{generation}")()
 $py$"""
 )
 # Loading the code runs queries, which can meet a lock (an install under way) or a cancel: such

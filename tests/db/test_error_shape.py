@@ -116,7 +116,7 @@ ALLOWED = (
 # And, on a function's first call in a connection only, the stub's frame and source line.
 FIRST_CALL = (
     r'  PL/Python function "{name}", line \d+, in <module>',
-    r'    return rt\.bind\(globals\(\), "[\w.]+"\)\(\)',
+    r'    return rt\.bind\(globals\(\), "[\w.]+", "\w+"\)\(\)',
     r'    raise type\("{name}", \(plpy\.Error,\), \{{',
 )
 # Whatever else: none of this may appear (Python frames, our internal SQL, PL/Python's names).
