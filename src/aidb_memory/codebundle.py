@@ -45,7 +45,7 @@ if rt is None or rt.generation != "{generation}":
         rt = boot["boot"](GD, "{generation}")
     except plpy.SPIError as e:
         raise type("{name}", (plpy.Error,), {{
-            "__module__": "aidb_memory", "sqlstate": getattr(e, "sqlstate", None),
+            "__module__": "aidb_memory", "sqlstate": getattr(e, "sqlstate", None) or "XX000",
             "detail": getattr(e, "detail", None), "hint": getattr(e, "hint", None),
         }})(" ".join(str(e.args[0] if e.args else "").split())) from None
 return rt.bind(globals(), "{target}", "{generation}")()
