@@ -1,25 +1,48 @@
+-- supersedes: 6f5d8e2a6763f85670459adab9d8747a017c9bdc39710cff183674c62f4f4cd8
+--   The text first released required pg_trgm and btree_gin in pg_catalog and refused any other
+--   schema; every database that applied it has them there, where this text puts them too.
 -- Long-term memory (SPEC §5): facts distilled from events, their history, and what the queue of
 -- events needs to be worked by several workers with leases, retries and backoff.
 
--- pg_trgm and btree_gin (postgresql-contrib) in pg_catalog, so that functions with the fixed
--- search_path (pg_catalog, pg_temp) find their operators; btree_gin lets one GIN index hold the
--- namespace and actor beside the words, so a search reads only that actor's entries. Installed
--- elsewhere already: say how to move it. Created here: recorded, so that uninstall drops it.
+-- pg_trgm and btree_gin (postgresql-contrib): btree_gin lets one GIN index hold the namespace and
+-- actor beside the words, so a search reads only that actor's entries; pg_trgm finds the words
+-- nearest a misspelled one. Wherever a database already has them (CREATE EXTENSION puts them in
+-- public by default) they are used there: everything of theirs we name is qualified by the schema
+-- pg_extension says they are in, never found through search_path (index opclasses here; the
+-- server code looks the schema up the same way). Absent: created in pg_catalog and recorded, so
+-- that uninstall drops it again (only if nothing else uses it by then).
+-- Their functions must be a superuser's: a database owner may create a trusted extension such as
+-- pg_trgm (its functions are then the bootstrap superuser's) and add objects of their own to it.
 DO $$
 DECLARE
     ext text;
     placed text;
+    foreign_owner text;
 BEGIN
     FOREACH ext IN ARRAY ARRAY['pg_trgm', 'btree_gin'] LOOP
-        placed := (SELECT e.extnamespace::regnamespace::text FROM pg_catalog.pg_extension e
-                   WHERE e.extname = ext);
+        SELECT n.nspname INTO placed
+        FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = ext;
         IF placed IS NULL THEN
             EXECUTE format('CREATE EXTENSION %I WITH SCHEMA pg_catalog', ext);
             INSERT INTO aidb_memory.runtime_settings (key, value)
             VALUES ('created_' || ext, 'true') ON CONFLICT (key) DO NOTHING;
-        ELSIF placed <> 'pg_catalog' THEN
-            RAISE EXCEPTION 'aidb_memory needs the % extension in schema pg_catalog; it is in %',
-                ext, placed USING HINT = format('ALTER EXTENSION %I SET SCHEMA pg_catalog', ext);
+        END IF;
+        SELECT r.rolname INTO foreign_owner
+        FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+        JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+        JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+        WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.deptype = 'e' AND e.extname = ext AND NOT r.rolsuper
+        LIMIT 1;
+        IF foreign_owner IS NOT NULL THEN
+            RAISE EXCEPTION 'aidb_memory: install refused: a function of extension % is owned by '
+                'role %, not a superuser', ext, foreign_owner
+                USING ERRCODE = '42501',
+                      HINT = format('a superuser runs DROP EXTENSION %I and install creates it '
+                                    'again (or recreates it himself)', ext);
         END IF;
     END LOOP;
 END
@@ -70,8 +93,18 @@ CREATE TABLE aidb_memory.memory_word (
     word         text NOT NULL,
     PRIMARY KEY (namespace_id, actor_id, word)
 );
-CREATE INDEX memory_word_trgm_idx ON aidb_memory.memory_word
-    USING gin (namespace_id, actor_id, word pg_catalog.gin_trgm_ops);
+-- The opclass qualified by pg_trgm's schema (the namespace and actor take btree_gin's default
+-- opclasses, which PostgreSQL finds by type, in whatever schema they are).
+DO $$
+BEGIN
+    EXECUTE format('CREATE INDEX memory_word_trgm_idx ON aidb_memory.memory_word '
+                   'USING gin (namespace_id, actor_id, word %I.gin_trgm_ops)',
+                   (SELECT n.nspname
+                    FROM pg_catalog.pg_extension e
+                    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+                    WHERE e.extname = 'pg_trgm'));
+END
+$$;
 
 -- Every change to a memory, with the event that caused it (NULL for an API call).
 CREATE TABLE aidb_memory.memory_history (

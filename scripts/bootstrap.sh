@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PG_MAJOR="${PG_MAJOR:-15}"
 PACKAGES=("postgresql-$PG_MAJOR" "postgresql-plpython3-$PG_MAJOR" "postgresql-contrib" "postgresql-$PG_MAJOR-cron"
-          "util-linux")
+          "util-linux" "pgbouncer")
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
@@ -32,6 +32,11 @@ if [ "$(id -u)" -eq 0 ] && command -v pg_lsclusters >/dev/null && pg_lsclusters 
     pg_lsclusters -h | awk '$4 == "online" {print $1, $2}' | while read -r ver name; do
         pg_ctlcluster "$ver" "$name" stop || true
     done
+fi
+
+# Likewise Debian's pgbouncer service (127.0.0.1:6432): the tests start their own (tests/deployments.py).
+if [ "$(id -u)" -eq 0 ] && command -v service >/dev/null && service pgbouncer status >/dev/null 2>&1; then
+    service pgbouncer stop || true
 fi
 
 stamp="$VENV/.bootstrap-stamp"

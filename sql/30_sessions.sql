@@ -97,7 +97,8 @@ COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text)
 'Internal (called by session_history on an over-budget read): summarizes the oldest three '
 'quarters of the session''s unsummarized turns, cut at a round boundary, into one summary of at '
 'most limit_chars / 4. Never waits for another compaction and never raises for a failed one: '
-'returns the warnings that say why no summary was written (empty when one was).';
+'returns the warnings that say why no summary was written (empty when one was, or '
+'compaction_incomplete when one was and more is left to summarize).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_history(
     namespace text,

@@ -1,6 +1,8 @@
 -- The extraction worker (SPEC §5): a queue of events worked by any number of workers.
 
-CREATE OR REPLACE FUNCTION aidb_memory.event_claim(lease_s integer)
+-- Until 0.x the claim had no max_attempts and took over a lapsed lease forever.
+DROP FUNCTION IF EXISTS aidb_memory.event_claim(integer);
+CREATE OR REPLACE FUNCTION aidb_memory.event_claim(lease_s integer, max_attempts integer)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -8,9 +10,11 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.event_claim $py$;
-COMMENT ON FUNCTION aidb_memory.event_claim(integer) IS
+COMMENT ON FUNCTION aidb_memory.event_claim(integer, integer) IS
 'Internal (process_events): claims the oldest claimable event (accepted and due, or processing '
-'with a lapsed lease) with FOR UPDATE SKIP LOCKED, for lease_s seconds; its id, or NULL.';
+'with a lapsed lease) with FOR UPDATE SKIP LOCKED, for lease_s seconds, counting the attempt; '
+'its id, or NULL. An event with max_attempts attempts made is marked failed instead (a lapsed '
+'lease: "attempt N ended without a result").';
 
 CREATE OR REPLACE FUNCTION aidb_memory.event_process(
     event_id bigint,
@@ -46,6 +50,23 @@ COMMENT ON FUNCTION aidb_memory.event_error(bigint, integer, real, text) IS
 'Internal (process_events): records an attempt that ended in an unexpected error, as a retry or, '
 'after max_attempts, a failure.';
 
+CREATE OR REPLACE FUNCTION aidb_memory.event_interrupted(
+    event_id bigint,
+    max_attempts integer,
+    backoff_s real,
+    error text
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ eventqueue.event_interrupted $py$;
+COMMENT ON FUNCTION aidb_memory.event_interrupted(bigint, integer, real, text) IS
+'Internal (process_events): records an attempt ended by a cancel (57014: statement_timeout, '
+'pg_cancel_backend) as a retry after backoff or, after max_attempts, a failure.';
+
 CREATE OR REPLACE FUNCTION aidb_memory.event_remaining()
 RETURNS bigint
 LANGUAGE plpython3u STABLE SECURITY DEFINER
@@ -80,6 +101,7 @@ AS $$
 DECLARE
     claimed pg_catalog.int8;
     outcome pg_catalog.text;
+    cancelled pg_catalog.text;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     processed := 0;
@@ -90,18 +112,32 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     FOR i IN 1..max_events LOOP
-        claimed := aidb_memory.event_claim(lease_s);
+        claimed := aidb_memory.event_claim(lease_s, max_attempts);
         EXIT WHEN claimed IS NULL;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        cancelled := NULL;
         BEGIN
             outcome := aidb_memory.event_process(claimed, max_attempts, backoff_s);
         EXCEPTION
-            WHEN query_canceled OR admin_shutdown OR invalid_parameter_value THEN
+            WHEN query_canceled THEN
+                -- statement_timeout or pg_cancel_backend: the attempt counts (after COMMIT,
+                -- below), then the cancel ends the call as the caller asked.
+                -- PL/Python prefixes the message with its exception class; not the user's.
+                cancelled := pg_catalog.regexp_replace(SQLERRM, '^spiexceptions\.\w+: ', '');
+            WHEN admin_shutdown OR invalid_parameter_value THEN
                 RAISE;
             WHEN OTHERS THEN
                 outcome := aidb_memory.event_error(claimed, max_attempts, backoff_s, SQLERRM);
         END;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF cancelled IS NOT NULL THEN
+            PERFORM aidb_memory.event_interrupted(claimed, max_attempts, backoff_s, cancelled);
+            COMMIT;
+            PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+            RAISE EXCEPTION USING ERRCODE = 'query_canceled', MESSAGE = cancelled,
+                HINT = 'aidb_memory.process_events: the event in hand counts as a failed attempt';
+        END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF outcome IN ('processed', 'skipped') THEN
@@ -133,3 +169,20 @@ COMMENT ON FUNCTION aidb_memory.status(text, text, uuid) IS
 'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error and '
 'what it produced (counts and the ids of new memories); NULL for an unknown event or another '
 'actor''s. Errors: 22004, 22023, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.events_retry(
+    namespace text,
+    actor_id text DEFAULT NULL,
+    failed_since timestamptz DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ eventqueue.events_retry $py$;
+COMMENT ON FUNCTION aidb_memory.events_retry(text, text, timestamptz) IS
+'Admins: puts the namespace''s failed events (only actor_id''s, only those failed at or after '
+'failed_since, when given) back in the queue, due now with attempts reset, and wakes the '
+'workers; returns how many. Errors: 22004, 42704.';

@@ -61,9 +61,12 @@ GRANT EXECUTE ON PROCEDURE
     aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer)
 TO aidb_workers;
 GRANT EXECUTE ON FUNCTION
-    aidb_memory.event_claim(integer),
+    aidb_memory.event_claim(integer, integer),
     aidb_memory.event_process(bigint, integer, real),
     aidb_memory.event_error(bigint, integer, real, text),
+    aidb_memory.event_interrupted(bigint, integer, real, text),
     aidb_memory.event_remaining()
 TO aidb_workers;
 GRANT EXECUTE ON FUNCTION aidb_memory.status(text, text, uuid) TO aidb_users;
+-- Putting failed events back in the queue is for admins.
+GRANT EXECUTE ON FUNCTION aidb_memory.events_retry(text, text, timestamptz) TO aidb_admins;

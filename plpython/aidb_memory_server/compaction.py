@@ -3,8 +3,8 @@
 When a budgeted read finds that the unsummarized turns and the newest summary no longer fit, the
 oldest three quarters (by chars) of the unsummarized turns, cut at a round boundary, become one
 summary of at most a quarter of the budget. This module decides whether a read should compact,
-where the cut falls, what the model is sent, and whether its answer is usable; ``compactor``
-does the database part.
+the rule of where the cut falls, what the model is sent, and whether its answer is usable;
+``compactor`` does the database part.
 
 Why this keeps compaction rare: it only runs when the unsummarized turns U exceed the budget B
 less the newest summary (at most B/4), so U > 3B/4; the cut is the first round boundary at or
@@ -58,8 +58,33 @@ def needed(unsummarized_chars: int, newest_summary_chars: int, limit_chars: int)
     return unsummarized_chars > 0 and unsummarized_chars + newest_summary_chars > limit_chars
 
 
+def past_share(total_chars: int) -> int:
+    """The fewest chars before a cut that reach three quarters of ``total_chars``: the bound
+    of :func:`choose_cut`'s "at or past three quarters", as the cut query in SQL uses it."""
+    return -(-SHARE_NUM * total_chars // SHARE_DEN)
+
+
+def head_and_tail(from_offset: int, to_offset: int, max_input_chars: int) -> tuple[int, int]:
+    """For a round larger than the input cap, (head_end, tail_start): the model is sent the
+    chars before head_end and from tail_start, half the cap each (the opening states the goal,
+    the end the latest state), never the whole round."""
+    head = max_input_chars // 2
+    return from_offset + head, to_offset - (max_input_chars - head)
+
+
+def over_budget_alone(tail_round_start: int, covered_seq: int) -> bool:
+    """Whether the newest round is all that is left to summarize: then no summary can help a
+    read that is over budget (a summary never covers the newest round, which an add may still
+    extend), whatever model there is."""
+    return tail_round_start <= covered_seq + 1
+
+
 def choose_cut(spans: Sequence[Span], stop_seq: int, max_input_chars: int) -> int | None:
     """The last seq to summarize, or None when no round can be summarized.
+
+    The rule itself: the compactor chooses the cut with one SQL statement that follows it over
+    the char offsets (``compactor._CUT``), so as not to load the history;
+    tests/db/test_compaction_bounds.py checks that the two agree.
 
     ``spans`` are the unsummarized readable turns in order; the first begins a round. A cut after
     a turn is allowed when no round crosses it (every later turn's round starts after it) and the

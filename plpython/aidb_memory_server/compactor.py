@@ -9,7 +9,12 @@ returns the warning that says why no summary was written, or nothing when one wa
   the history as it was. Only our code can lock that row (no role has any privilege on the
   table), unlike an advisory lock, whose keys any connected role could hold to keep every read
   of the session busy.
+- A transaction that cannot write (READ ONLY, a hot standby) stops first: ``compaction_read_only``,
+  no model call whose summary could not be stored.
 - The state is read again under the lock (another backend may have compacted meanwhile).
+- The cut is chosen in SQL over the char offsets (``_CUT``), and only the turns to summarize are
+  read, at most ``compaction_max_input_chars`` of them (a larger round: its head and tail), so a
+  compaction costs the same on a session of any length.
 - The model is called outside any savepoint, so its usage row stays whatever happens next; the
   summary is written only if the turns it covers are still there as they were read.
   ``session_pop`` takes the same lock (waiting, before it locks the session row, which the
@@ -27,12 +32,17 @@ from typing import Any
 import plpy
 
 from aidb_memory_server import compaction, db, endpoints, llm, validation
-from aidb_memory_server.compaction import Source, Span
+from aidb_memory_server.compaction import Source
 
 QUERY_CANCELED = "57014"
 
+# With it, whether this transaction can write at all (a READ ONLY transaction, a
+# default_transaction_read_only session, a hot standby): a summary that cannot be stored must not
+# be paid for.
 _SESSION = """
-SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref
+SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref,
+       pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR pg_catalog.pg_is_in_recovery() AS read_only
 FROM aidb_memory.namespace n
 JOIN aidb_memory.session s ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 WHERE n.name = $1
@@ -65,11 +75,33 @@ LEFT JOIN LATERAL (
 WHERE s.id = $1
 """
 _OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
-_SPANS = """
-SELECT seq, round_start, chars FROM aidb_memory.turn
-WHERE session_ref = $1 AND seq > $2 AND seq < $3
-ORDER BY seq
+# The cut (compaction.choose_cut's rule, in SQL over the char offsets, so that a read never loads
+# the history it does not summarize). A cut before turn b is allowed when b starts a round
+# (rounds are contiguous: place_in_rounds gives round_start in seq order), b is past the first
+# unsummarized turn ($2 = the covered offset, $3 = the covered seq) and b is at or before the
+# newest round ($4), which a later add may extend. Of the allowed cuts: the first whose chars
+# before it reach three quarters ($5), within the input cap ($6); else the last within the cap;
+# else the first at all (a round larger than the cap). Each arm is one range of
+# turn_offset_idx that stops at its first match: at most the cap's turns are visited.
+_CUT = """
+SELECT coalesce(
+    (SELECT t.seq FROM aidb_memory.turn t
+     WHERE t.session_ref = $1 AND t.char_offset >= $5 AND t.char_offset <= $6
+       AND t.char_offset > $2 AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     ORDER BY t.char_offset, t.seq LIMIT 1),
+    (SELECT t.seq FROM aidb_memory.turn t
+     WHERE t.session_ref = $1 AND t.char_offset > $2 AND t.char_offset <= $6
+       AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     ORDER BY t.char_offset DESC, t.seq DESC LIMIT 1),
+    (SELECT t.seq FROM aidb_memory.turn t
+     WHERE t.session_ref = $1 AND t.char_offset > $2
+       AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     ORDER BY t.char_offset, t.seq LIMIT 1)
+) AS next_round
 """
+_CUT_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint", "bigint")
+_NEXT_OFFSET = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+# The turns to summarize when they fit in the input cap.
 _SOURCES = """
 SELECT seq, role, content, name, tool_calls::text AS tool_calls, tool_call_id, char_offset, chars,
        xmin::text AS version
@@ -77,6 +109,38 @@ FROM aidb_memory.turn
 WHERE session_ref = $1 AND seq > $2 AND seq <= $3
 ORDER BY seq
 """
+# A round larger than the cap: only its head (chars before $4) and its tail (chars from $5), the
+# texts clipped in SQL, so that neither the backend's Python nor the request ever holds more than
+# the cap. Three index ranges: the head, the tail, and the one turn that may reach into the tail
+# from before it. A clipped turn's tool calls are left out (their JSON is not clipped).
+_CLIPPED_SOURCES = """
+WITH r AS (
+    SELECT t.seq FROM aidb_memory.turn t
+    WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset < $4
+    UNION
+    SELECT t.seq FROM aidb_memory.turn t
+    WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset >= $5
+    UNION
+    (SELECT t.seq FROM aidb_memory.turn t
+     WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset < $5
+     ORDER BY t.char_offset DESC, t.seq DESC LIMIT 1)
+)
+SELECT t.seq, t.role, t.name, t.tool_call_id, t.char_offset, t.chars, t.xmin::text AS version,
+       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.tool_calls::text END
+           AS tool_calls,
+       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.content
+            WHEN t.char_offset < $4 AND t.char_offset + t.chars > $5
+                THEN pg_catalog.left(t.content, ($4 - t.char_offset)::int) || ' […] '
+                     || pg_catalog.right(t.content, (t.char_offset + t.chars - $5)::int)
+            WHEN t.char_offset < $4
+                THEN pg_catalog.left(t.content, ($4 - t.char_offset)::int) || ' […]'
+            ELSE '[…] ' || pg_catalog.right(t.content, (t.char_offset + t.chars - $5)::int)
+       END AS content
+FROM r JOIN aidb_memory.turn t ON t.session_ref = $1 AND t.seq = r.seq
+WHERE t.char_offset < $4 OR t.char_offset + t.chars > $5
+ORDER BY t.seq
+"""
+_CLIPPED_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint")
 # Written only if the covered turns are still those that were read (the last one is the same row
 # version: session_pop waits for this backend's compaction lock, so this is a second line of
 # defence) and the newest round starts after them.
@@ -122,6 +186,8 @@ def session_compact(
     # as an unknown model: an application cannot spend the key of a model it was not given.
     if ns["llm"] is None and not validation.fallback_allowed(config, name):
         return ["compaction_model_unavailable"]
+    if ns["read_only"]:
+        return ["compaction_read_only"]  # nowhere to store a summary: no model call
     try:
         model = llm.load("session_get", name)
     except Exception:
@@ -176,7 +242,9 @@ def _compact(
 ) -> list[str]:
     state = db.execute(_STATE, ("bigint",), (ref,))
     if not state.nrows():
-        return []
+        # Deleted while we waited for its lock row (the deletion had removed it uncommitted):
+        # the row we inserted goes again (session_compact drops it on any warning).
+        return ["compaction_busy"]
     s = state[0]
     end_seq = int(s["tail_round_start"]) if s["open"] else int(s["next_seq"])
     end_offset = (
@@ -187,16 +255,37 @@ def _compact(
     covered_seq, covered_offset = int(s["covered_seq"]), int(s["covered_offset"])
     if not compaction.needed(end_offset - covered_offset, int(s["newest_chars"]), limit_chars):
         return []  # another backend compacted while we waited for nothing
-    spans = [
-        Span(int(r["seq"]), int(r["round_start"]), int(r["chars"]))
-        for r in db.execute(_SPANS, ("bigint", "bigint", "bigint"), (ref, covered_seq, end_seq))
-    ]
-    cut = compaction.choose_cut(
-        spans, int(s["tail_round_start"]), config["compaction_max_input_chars"]
+    stop_seq = int(s["tail_round_start"])
+    cap = int(config["compaction_max_input_chars"])
+    total = end_offset - covered_offset
+    found = db.execute(
+        _CUT,
+        _CUT_TYPES,
+        (
+            ref,
+            covered_offset,
+            covered_seq,
+            stop_seq,
+            covered_offset + compaction.past_share(total),
+            covered_offset + cap,
+        ),
     )
-    if cut is None:
-        return []  # one round that cannot be cut: nothing a summary could stand in for
-    rows = list(db.execute(_SOURCES, ("bigint", "bigint", "bigint"), (ref, covered_seq, cut)))
+    if found[0]["next_round"] is None:
+        return ["newest_round_over_budget"]  # nothing but the newest round: no summary helps
+    next_round = int(found[0]["next_round"])
+    cut = next_round - 1
+    cut_offset = int(
+        db.execute(_NEXT_OFFSET, ("bigint", "bigint"), (ref, next_round))[0]["char_offset"]
+    )
+    if cut_offset - covered_offset <= cap:
+        rows = list(db.execute(_SOURCES, ("bigint", "bigint", "bigint"), (ref, covered_seq, cut)))
+    else:  # one round larger than the cap: its head and its tail
+        head_end, tail_start = compaction.head_and_tail(covered_offset, cut_offset, cap)
+        rows = list(
+            db.execute(
+                _CLIPPED_SOURCES, _CLIPPED_TYPES, (ref, covered_seq, cut, head_end, tail_start)
+            )
+        )
     sources = [
         Source(
             int(r["seq"]),
@@ -214,8 +303,14 @@ def _compact(
     first, last = rows[0], rows[-1]
     with plpy.subtransaction():  # the savepoint of SPEC §3
         stored = _store(ref, first, last, cut, text, model.name)
-    # The session changed under us (a pop, or a compaction committed by another snapshot).
-    return [] if stored else ["compaction_busy"]
+    if not stored:
+        # The session changed under us (a pop, or a compaction committed by another snapshot).
+        return ["compaction_busy"]
+    if next_round < stop_seq and compaction.needed(end_offset - cut_offset, len(text), limit_chars):
+        # Still catching up (the input cap, or a batch larger than the budget): later reads
+        # summarize the rest, one step each.
+        return ["compaction_incomplete"]
+    return []
 
 
 def _store(ref: int, first: Any, last: Any, cut: int, text: str, model_name: str) -> bool:

@@ -8,6 +8,13 @@ workers never take the same event) and commits, so the claim and its lease are v
 (another worker skips it even once the lease is over) and commits. A worker that dies leaves the
 event ``processing`` with a lease in the past: the next claim takes it over, and since the work
 was one transaction, nothing of the first attempt remains.
+
+Every claim counts as an attempt (``attempts`` is incremented and committed before the work), so
+an attempt that ends without a result (cancelled, timed out, its backend killed or crashed) still
+counts: the claim takes over a lapsed lease only while attempts are left, and otherwise marks
+the event ``failed`` saying so. Without that, an event that crashes its backend would restart the
+cluster once per lease, forever. A cancelled attempt (57014, e.g. statement_timeout) is recorded
+at once by ``process_events`` (:func:`event_interrupted`), with the same backoff as any failure.
 """
 
 from __future__ import annotations
@@ -26,25 +33,35 @@ from aidb_memory_server import (
     sessions,
     validation,
 )
-from aidb_memory_server.errors import invalid, required
+from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid, required
 
 QUERY_CANCELED = "57014"
 BACKOFF_MAX_S = 3600.0
 ERROR_CHARS = 500
 
+# The oldest claimable event: accepted and due, or processing with a lapsed lease (its attempt
+# ended without a result). SKIP LOCKED: several workers never take the same event.
+_CANDIDATE = """
+SELECT q.id, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+   OR (q.status = 'processing' AND q.lease_until < now())
+ORDER BY q.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+# The claim is an attempt: counted here and committed by process_events before the work.
 _CLAIM = """
-UPDATE aidb_memory.event e
-SET status = 'processing', attempts = e.attempts + 1,
-    lease_until = now() + make_interval(secs => $1)
-WHERE e.id = (
-    SELECT q.id FROM aidb_memory.event q
-    WHERE (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
-       OR (q.status = 'processing' AND q.lease_until < now())
-    ORDER BY q.id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING e.id
+UPDATE aidb_memory.event
+SET status = 'processing', attempts = attempts + 1, last_error = COALESCE($3, last_error),
+    lease_until = now() + make_interval(secs => $2)
+WHERE id = $1
+"""
+# No attempt left: failed, with why. The clock, not the transaction start, is when it failed.
+_GIVE_UP = """
+UPDATE aidb_memory.event
+SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
+    processed_at = clock_timestamp()
+WHERE id = $1
 """
 # The event, locked for the whole attempt, with its namespace. FOR UPDATE waits rather than
 # skips: another worker's claim may hold the row for an instant (it locked the row version it
@@ -71,13 +88,13 @@ WHERE id = $1
 _RETRY = """
 UPDATE aidb_memory.event
 SET status = 'accepted', last_error = $2, lease_until = NULL,
-    next_attempt_at = now() + make_interval(secs => $3)
+    next_attempt_at = clock_timestamp() + make_interval(secs => $3)
 WHERE id = $1
 """
 _FAILED = """
 UPDATE aidb_memory.event
 SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
-    processed_at = now()
+    processed_at = clock_timestamp()
 WHERE id = $1
 """
 _REMAINING = """
@@ -86,13 +103,40 @@ WHERE status = 'accepted' OR (status = 'processing' AND lease_until < now())
 """
 
 
-def event_claim(lease_s: int | None) -> int | None:
-    """Claim the oldest claimable event for ``lease_s`` seconds; its id, or NULL if none."""
+def event_claim(lease_s: int | None, max_attempts: int | None) -> int | None:
+    """Claim the oldest claimable event for ``lease_s`` seconds; its id, or NULL if none.
+
+    An event with no attempt left (its last attempt ended without a result, or an earlier run
+    allowed more attempts) is marked failed instead, and the next one is looked at."""
     lease = 300 if lease_s is None else lease_s
     if not 1 <= lease <= 86_400:
         raise invalid("process_events", "lease_s", "must be between 1 and 86400")
-    rows = db.execute(_CLAIM, ("float8",), (float(lease),))
-    return int(rows[0]["id"]) if rows.nrows() else None
+    limit, _ = _retry_policy(max_attempts, None)
+    while True:
+        rows = db.execute(_CANDIDATE)
+        if not rows.nrows():
+            return None
+        event = rows[0]
+        event_id, attempts = int(event["id"]), int(event["attempts"])
+        unfinished = event["status"] == "processing"
+        note = unfinished_attempt(attempts) if unfinished else None
+        if attempts >= limit:
+            why = note or exhausted(attempts, limit, event["last_error"])
+            db.execute(_GIVE_UP, ("bigint", "text"), (event_id, why))
+            continue
+        db.execute(_CLAIM, ("bigint", "float8", "text"), (event_id, float(lease), note))
+        return event_id
+
+
+def unfinished_attempt(attempt: int) -> str:
+    """last_error of an attempt whose lease lapsed: it never recorded an outcome."""
+    return f"attempt {attempt} ended without a result (cancelled, timed out or the backend crashed)"
+
+
+def exhausted(attempts: int, limit: int, last_error: str | None) -> str:
+    """last_error of an event that already had max_attempts attempts when it came due."""
+    why = f"no attempt left: {attempts} made, max_attempts is {limit}"
+    return f"{why}; last error: {last_error}"[:ERROR_CHARS] if last_error else why
 
 
 def event_remaining() -> int:
@@ -239,6 +283,62 @@ def event_error(
     if not rows.nrows():
         return "lost"
     return _fail(rows[0], limit, base, f"internal error: {error}")
+
+
+def event_interrupted(
+    event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
+) -> str:
+    """Record an attempt that a cancel ended (57014: statement_timeout, pg_cancel_backend):
+    it counts like any failed attempt, so the event waits its backoff or, after max_attempts,
+    is failed; process_events then re-raises the cancel."""
+    limit, base = _retry_policy(max_attempts, base_backoff_s)
+    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    if not rows.nrows():
+        return "lost"
+    attempt = int(rows[0]["attempts"])
+    return _fail(rows[0], limit, base, f"attempt {attempt} was cancelled: {error}")
+
+
+# --- retrying failed events -----------------------------------------------------------------
+
+_NAMESPACE_ID = "SELECT id FROM aidb_memory.namespace WHERE name = $1"
+# Back in the queue as if just added: due now, attempts from zero; last_error stays until the
+# next outcome replaces it. Workers waiting on the channel are woken at commit.
+_RETRY_FAILED = """
+WITH retried AS (
+    UPDATE aidb_memory.event
+    SET status = 'accepted', attempts = 0, lease_until = NULL, next_attempt_at = NULL,
+        processed_at = NULL, result = NULL
+    WHERE namespace_id = $1 AND status = 'failed'
+      AND ($2::text IS NULL OR actor_id = $2)
+      AND ($3::timestamptz IS NULL OR processed_at >= $3)
+    RETURNING 1
+)
+SELECT count(*) AS n,
+       CASE WHEN count(*) > 0 THEN pg_notify('aidb_memory_events', '') END AS woke
+FROM retried
+"""
+
+
+def events_retry(namespace: str | None, actor_id: str | None, failed_since: str | None) -> int:
+    """Put a namespace's failed events (of one actor, failed since a time) back in the queue
+    with attempts reset; how many."""
+    fn = "events_retry"
+    if namespace is None:
+        raise required(fn, "namespace")
+    rows = db.execute(_NAMESPACE_ID, ("text",), (namespace,))
+    if not rows.nrows():
+        raise ApiError(
+            UNDEFINED_OBJECT,
+            f'aidb_memory.{fn}: namespace "{namespace}" does not exist',
+            hint="SELECT name FROM aidb_memory.namespaces lists them",
+        )
+    retried = db.execute(
+        _RETRY_FAILED,
+        ("bigint", "text", "timestamptz"),
+        (int(rows[0]["id"]), actor_id, failed_since),
+    )
+    return int(retried[0]["n"])
 
 
 # --- status ----------------------------------------------------------------------------------

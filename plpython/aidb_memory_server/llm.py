@@ -44,6 +44,8 @@ _SECRET = "SELECT value, endpoints FROM aidb_memory.secret WHERE name = $1"
 _BINDING = "SELECT endpoints FROM aidb_memory.secret WHERE name = $1"
 _ENV_PATTERN = "SELECT value FROM aidb_memory.runtime_settings WHERE key = $1"
 _TICK = "SELECT pg_catalog.pg_sleep(0)"
+# True on a hot standby and in a READ ONLY transaction: no usage row can be written there.
+_READ_ONLY = "SELECT pg_catalog.current_setting('transaction_read_only')::boolean AS read_only"
 _USAGE = """
 INSERT INTO aidb_memory.model_usage
     (model_name, namespace_id, purpose, chars_in, chars_out, tokens_in, tokens_out, latency_ms,
@@ -167,8 +169,15 @@ def _record(
     started: float,
     result: Result,
 ) -> None:
-    """Set the result's latency and record the call's usage (never any content)."""
+    """Set the result's latency and record the call's usage (never any content).
+
+    In a read-only transaction (a replica: issue 10 item 8) the row is left out rather than
+    failing the statement: the call is already made and paid for, and what needs no storing (a
+    search's query embedding) is still good. Callers whose result must be stored (compaction,
+    extraction) do not call a model there at all."""
     result.latency_ms = int((time.monotonic() - started) * 1000)
+    if db.execute(_READ_ONLY)[0]["read_only"]:
+        return
     db.execute(
         _USAGE,
         _USAGE_TYPES,

@@ -16,7 +16,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, fusion, llm, reconciliation, validation
+from aidb_memory_server import db, extensions, fusion, llm, reconciliation, validation
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -296,7 +296,7 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
 
 # Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
 # not, the actor's words nearest it by trigram similarity (above pg_trgm.similarity_threshold,
-# pinned on the SQL function).
+# pinned on the SQL function). pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
 _NEAR_WORDS = """
 SELECT q.word, q.known,
        coalesce(array_agg(n.word ORDER BY n.sim DESC, n.word) FILTER (WHERE n.word IS NOT NULL),
@@ -308,9 +308,10 @@ FROM (
     FROM unnest(tsvector_to_array(to_tsvector('simple', $3))) AS u(word)
 ) q
 LEFT JOIN LATERAL (
-    SELECT v.word, similarity(v.word, q.word) AS sim
+    SELECT v.word, "@trgm@".similarity(v.word, q.word) AS sim
     FROM aidb_memory.memory_word v
-    WHERE NOT q.known AND v.namespace_id = $1 AND v.actor_id = $2 AND v.word % q.word
+    WHERE NOT q.known AND v.namespace_id = $1 AND v.actor_id = $2
+      AND v.word OPERATOR("@trgm@".%) q.word
     ORDER BY sim DESC, v.word
     LIMIT $4
 ) n ON true
@@ -323,7 +324,9 @@ NEAR_WORDS = 3
 def _word_queries(namespace_id: int, actor: str, query: str) -> tuple[str | None, str | None]:
     """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery)."""
     rows = db.execute(
-        _NEAR_WORDS, ("bigint", "text", "text", "int"), (namespace_id, actor, query, NEAR_WORDS)
+        extensions.trgm_sql(_NEAR_WORDS, "search"),
+        ("bigint", "text", "text", "int"),
+        (namespace_id, actor, query, NEAR_WORDS),
     )
     words = [(r["word"], bool(r["known"]), list(r["near"])) for r in rows]
     return fusion.fuzzy_tsquery(words), fusion.any_tsquery(words)

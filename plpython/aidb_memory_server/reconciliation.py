@@ -6,7 +6,9 @@ on ``actor_lock`` (migration 0007_locks), a table no role but ours can touch: un
 key, no foreign session can hold it.
 
 - ``add``: not stored when a current memory has the same normalized content (exact duplicate)
-  or is a near duplicate (trigram similarity at least ``NEAR_DUPLICATE``).
+  or is a near duplicate: trigram similarity at least ``NEAR_DUPLICATE`` and the same
+  identifiers (numbers, dates, emails, URLs, codes: ``identifiers.py``), so that "order 4417"
+  and "order 4418" stay two facts.
 - ``update``: the target is superseded (``valid_to``, ``superseded_by``) by the new memory (or by
   the current one that already says the same).
 - ``invalidate``: the target's ``valid_to`` is set; nothing replaces it.
@@ -21,10 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, extraction
+from aidb_memory_server import db, extensions, extraction, identifiers
 
 NEAR_DUPLICATE = 0.8
 RELATED_LIMIT = 20
+# How many of the most similar current memories are checked for the same identifiers.
+NEAR_CANDIDATES = 20
 EMPTY_RESULT: dict[str, Any] = {
     "added": 0,
     "updated": 0,
@@ -76,12 +80,15 @@ ON CONFLICT (namespace_id, actor_id) DO UPDATE SET actor_id = excluded.actor_id
 """
 # forget erases the actor's row too (it holds its lock); waiters then create a new one.
 _UNLOCK_FORGOTTEN = "DELETE FROM aidb_memory.actor_lock WHERE namespace_id = $1 AND actor_id = $2"
+# The exact duplicate first, then the near ones, most similar first; the caller keeps the first
+# with the same identifiers. pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
 _SAME = """
-SELECT id, public_id::text AS public_id FROM aidb_memory.memory
+SELECT id, public_id::text AS public_id, content, content_hash = $3 AS exact
+FROM aidb_memory.memory
 WHERE namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
-  AND (content_hash = $3 OR similarity(content, $4) >= $5)
-ORDER BY content_hash = $3 DESC, similarity(content, $4) DESC
-LIMIT 1
+  AND (content_hash = $3 OR "@trgm@".similarity(content, $4) >= $5)
+ORDER BY content_hash = $3 DESC, "@trgm@".similarity(content, $4) DESC, id
+LIMIT $6
 """
 _CURRENT = "SELECT content FROM aidb_memory.memory WHERE id = $1 AND valid_to IS NULL"
 _INSERT = """
@@ -160,12 +167,13 @@ def apply(
     def store(text: str) -> tuple[int, bool]:
         """(memory id, whether it is new) for ``text``: an existing duplicate or a new row."""
         same = db.execute(
-            _SAME,
-            ("bigint", "text", "text", "text", "float4"),
-            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE),
+            extensions.trgm_sql(_SAME, "process_events"),
+            ("bigint", "text", "text", "text", "float4", "int"),
+            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE, NEAR_CANDIDATES),
         )
-        if same.nrows():
-            return int(same[0]["id"]), False
+        for candidate in same:
+            if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
+                return int(candidate["id"]), False
         row = db.execute(
             _INSERT,
             ("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),

@@ -550,12 +550,19 @@ def session_read_plan(
         # A summary never covers the newest round, so covered_seq < end_seq.
         lo_offset, lo_seq = covered_offset, covered_seq + 1
         unsummarized = end_offset - covered_offset
+        newest = int(s["newest_summary_chars"])
         if unsummarized <= limit_chars:
             summary_room = limit_chars - unsummarized
+        elif 0 < newest <= compaction.target_chars(limit_chars):
+            # Still catching up: the summary made so far, then the newest turns in what is left.
+            summary_room = newest
+            lo_offset, lo_seq = end_offset - (limit_chars - newest), 0
         else:
             lo_offset, lo_seq = end_offset - limit_chars, 0
-        if compaction.needed(unsummarized, int(s["newest_summary_chars"]), limit_chars):
-            if compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
+        if compaction.needed(unsummarized, newest, limit_chars):
+            if compaction.over_budget_alone(int(s["tail_round_start"]), covered_seq):
+                warnings.append("newest_round_over_budget")  # no model could help
+            elif compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
                 warnings.append("compaction_budget_too_small")  # no model is contacted
             else:
                 compact = True
@@ -579,11 +586,16 @@ def session_read_plan(
 
 # --- session_end -------------------------------------------------------------------------------
 
+# FOR NO KEY UPDATE, like add: it serializes the writers of a session, but does not conflict with
+# the FOR KEY SHARE a compaction's summary insert takes (its foreign key). With FOR UPDATE, a
+# transaction that ended (or popped) and then popped again would hold the session row while
+# waiting for the compaction lock, and the compaction holding that lock would wait for the
+# session row: a deadlock (issue 10, tests/db/test_lock_order.py).
 _LOCK_SESSION = """
 SELECT id, closed_at IS NOT NULL AS closed, next_seq, last_user_seq, tail_round_start
 FROM aidb_memory.session
 WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
-FOR UPDATE
+FOR NO KEY UPDATE
 """
 # The handoff is built from stored facts only (no model call), so it is deterministic.
 _CLOSE = """

@@ -1,9 +1,11 @@
-"""The ``aidb-memory`` command (SPEC §7). Exit 0 success, 1 failure, 2 usage error."""
+"""The ``aidb-memory`` command (SPEC §7). Exit 0 success, 1 failure, 2 usage error, 141 when
+standard output was closed before the command finished writing (``aidb-memory sql | head -1``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,35 @@ from aidb_memory.connection import CliError, connect, first_line
 from aidb_memory.migrations import SqlSourceError
 from aidb_memory.sources import SourceTree, default_tree
 
+# 128 + SIGPIPE: what a shell reports for a program that a closed pipe stopped.
+EXIT_CLOSED_PIPE = 141
+
+
+class _Stdout:
+    closed = False
+
+
+def _stdout_closed() -> None:
+    """The reader of standard output went away: send the rest of the output nowhere, the final
+    flush at interpreter exit included (it would print "Exception ignored ... BrokenPipeError")."""
+    _Stdout.closed = True
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    # Also called from psycopg's notice handler, which would log (with a traceback) any
+    # exception raised here and go on: so a closed pipe is noted here, not raised.
+    if _Stdout.closed:
+        return
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        _stdout_closed()
 
 
 def _package(args: argparse.Namespace) -> Any:
@@ -154,8 +182,41 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     stop = worker.Stop()
     worker.install_signal_handlers(stop)
+    try:
+        worker.run(lambda: connect(args.dsn, autocommit=True), options, say=_say, stop=stop)
+    except CliError as e:  # the first connection: a wrong --dsn, not a passing outage
+        print(str(e), file=sys.stderr)
+        return 2
+    except worker.ConfigError as e:
+        print(database_error("worker", e.error), file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_events_list(args: argparse.Namespace) -> int:
+    from aidb_memory import events
+
     with connect(args.dsn, autocommit=True) as conn:
-        worker.run(conn, options, say=_say, stop=stop)
+        counts = events.list_counts(conn, args.namespace)
+    if args.json:
+        print(json.dumps({c.namespace: c.by_status for c in counts}, indent=2))
+        return 0
+    if not counts:
+        where = f' in namespace "{args.namespace}"' if args.namespace else ""
+        print(f"no events{where}")
+        return 0
+    for line in events.table(counts):
+        print(line)
+    return 0
+
+
+def cmd_events_retry(args: argparse.Namespace) -> int:
+    from aidb_memory import events
+
+    with connect(args.dsn, autocommit=True) as conn:
+        n = events.retry(conn, args.namespace, args.actor, args.failed_since)
+    noun = "event" if n == 1 else "events"
+    print(f'put {n} failed {noun} of namespace "{args.namespace}" back in the queue')
     return 0
 
 
@@ -239,6 +300,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--backoff", type=float, default=10.0, help="first retry delay in s, doubling (default 10)"
     )
     p.set_defaults(func=cmd_worker)
+    p = sub.add_parser("events", help="the extraction queue: counts by status, retry failed")
+    events_sub = p.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    q = events_sub.add_parser(
+        "list", parents=[common], help="events by status per namespace (admins, workers)"
+    )
+    q.add_argument("--namespace", help="only this namespace")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    q.set_defaults(func=cmd_events_list)
+    q = events_sub.add_parser(
+        "retry", parents=[common], help="put failed events back in the queue (admins)"
+    )
+    q.add_argument("--namespace", required=True, help="the namespace whose failed events to retry")
+    q.add_argument("--actor", help="only this actor's events")
+    q.add_argument(
+        "--failed-since",
+        metavar="TIMESTAMP",
+        help="only events that failed at or after this time (e.g. '2026-05-01 12:00+00')",
+    )
+    q.set_defaults(func=cmd_events_retry)
     p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
     p.set_defaults(func=cmd_demo)
     return parser
@@ -247,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
 def database_error(command: str, error: psycopg.Error) -> str:
     """One line for an error the server raised while a command ran."""
     line = f"aidb-memory: {command} failed: {first_line(error)}"
-    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+    if isinstance(error, psycopg.errors.InsufficientPrivilege) and command == "events":
+        line += "; connect as a member of aidb_admins (list: also aidb_workers) or a superuser"
+    elif isinstance(error, psycopg.errors.InsufficientPrivilege):
         line += (
             f"; {command} reads aidb_memory's own tables: connect as a superuser "
             "(e.g. user=postgres in --dsn, or PGUSER)"
@@ -258,6 +340,19 @@ def database_error(command: str, error: psycopg.Error) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a closed standard output ends it quietly with 141. The command itself
+    is not interrupted by it (an install still commits or rolls back as a whole): only the rest
+    of its output is lost."""
+    code = EXIT_CLOSED_PIPE
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the flush at interpreter exit
+    except BrokenPipeError:
+        _stdout_closed()
+    return EXIT_CLOSED_PIPE if _Stdout.closed else code
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -267,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     except psycopg.Error as e:
         print(database_error(args.command, e), file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # main's, quietly
     except OSError as e:
         print(f"aidb-memory: {args.command} failed: {e}", file=sys.stderr)
         return 1

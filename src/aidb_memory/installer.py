@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from aidb_memory import __version__, trust
+from aidb_memory import __version__, catalog, trust
 from aidb_memory.codebundle import CodeBundle, load_bundle
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
 from aidb_memory.migrations import Migration, load_migrations
@@ -52,6 +52,10 @@ class State:
     applied: dict[str, str] = field(default_factory=dict)  # name -> checksum
     settings: dict[str, str] = field(default_factory=dict)
     catalog_fingerprint: str | None = None
+    # The catalog as it is now, in catalog.QUERY's lines, for the code part and the schema part.
+    catalog: dict[str, str] = field(default_factory=dict)
+    # Stored server-side modules: name -> (is_package, md5 of the source).
+    modules: dict[str, tuple[bool, str]] = field(default_factory=dict)
 
 
 def pin_search_path(conn: Connection) -> None:
@@ -92,7 +96,20 @@ def read_state(conn: Connection) -> State:
     if has_fn and has_fn[0]:
         row = conn.execute("SELECT aidb_memory.catalog_fingerprint()").fetchone()
         fingerprint = row[0] if row else None
-    return State(True, settings.get("version"), applied, settings, fingerprint)
+    current = {}
+    for part in (catalog.CODE, catalog.SCHEMA_PART):
+        row = conn.execute(catalog.lines_query(part)).fetchone()
+        current[part] = row[0] if row else ""
+    modules: dict[str, tuple[bool, str]] = {}
+    if conn.execute(
+        "SELECT pg_catalog.to_regclass('aidb_memory.runtime_modules') IS NOT NULL"
+    ).fetchone() == (True,):
+        rows = conn.execute(
+            "SELECT name, is_package, pg_catalog.md5(pg_catalog.convert_to(source, 'UTF8')) "
+            "FROM aidb_memory.runtime_modules"
+        ).fetchall()
+        modules = {name: (is_package, digest) for name, is_package, digest in rows}
+    return State(True, settings.get("version"), applied, settings, fingerprint, current, modules)
 
 
 @dataclass
@@ -114,26 +131,81 @@ def compare(state: State, package: Package) -> Report:
             problems.append(
                 f"migration {name} is applied but unknown to this package ({__version__})"
             )
-        elif known[name].checksum != checksum:
+        elif checksum not in known[name].accepted:
             problems.append(f"migration {name}.sql was edited after it was applied")
     pending = [m.name for m in package.migrations if m.name not in state.applied]
     code_current = (
         state.installed and state.settings.get("code_checksum") == package.bundle.checksum
     )
     if state.installed:
-        recorded = state.settings.get("catalog_fingerprint")
-        if recorded is None or recorded != state.catalog_fingerprint:
-            problems.append(
-                "installed functions, views or privileges differ from what install recorded "
-                "(changed by hand?); `aidb-memory install` restores them"
-            )
+        problems += _code_drift(state, package)
         if not code_current:
             problems.append(
                 f"installed code is version {state.version or 'unknown'}, not this package's "
                 f"{__version__} (generation {package.bundle.generation}); run `aidb-memory install`"
             )
+        problems += _schema_drift(state)
     applied = [n for n in sorted(state.applied) if n in known]
     return Report(applied, pending, problems, code_current)
+
+
+def _module_drift(state: State, package: Package) -> list[str]:
+    want = {
+        m.name: (m.is_package, catalog.module_line(m.name, m.is_package, m.source).split(":")[-1])
+        for m in package.bundle.modules
+    }
+    out = []
+    for name in sorted(want.keys() | state.modules.keys()):
+        if name not in state.modules:
+            out.append(f"server-side module {name} is missing from runtime_modules")
+        elif name not in want:
+            out.append(f"server-side module {name} in runtime_modules is not this package's")
+        elif want[name] != state.modules[name]:
+            out.append(f"server-side module {name} differs from this package's (edited by hand?)")
+    return out
+
+
+def _code_drift(state: State, package: Package) -> list[str]:
+    """Stored modules against the package; functions, views, privileges and triggers against
+    what install recorded right after applying this package's sql/ (install restores them)."""
+    restore = "; `aidb-memory install` restores it"
+    out = [p + restore for p in _module_drift(state, package)]
+    recorded = state.settings.get("catalog_code")
+    if recorded is None:
+        out.append(
+            "the catalog of functions, views and triggers was not recorded by this version; "
+            "run `aidb-memory install`"
+        )
+    else:
+        changes = catalog.differences(recorded, state.catalog[catalog.CODE], catalog.CODE)
+        out += [c + restore for c in changes]
+    return out
+
+
+def _schema_drift(state: State) -> list[str]:
+    """Tables, columns, indexes, constraints and types against what migrations created (as the
+    last install recorded them): install cannot recreate these."""
+    recorded = state.settings.get("catalog_schema")
+    if recorded is None:
+        return [
+            "the schema made by migrations was not recorded by this version; "
+            "run `aidb-memory install`"
+        ]
+    changes = catalog.differences(recorded, state.catalog[catalog.SCHEMA_PART], "schema")
+    hint = (
+        "; install does not recreate what migrations create: recreate it as migrations/ "
+        "define it, or drop it if it is not part of aidb_memory"
+    )
+    return [c + hint for c in changes]
+
+
+def code_is_current(state: State, package: Package) -> bool:
+    """What the install script decides: the code part needs no re-apply."""
+    return (
+        state.installed
+        and state.settings.get("code_checksum") == package.bundle.checksum
+        and not _code_drift(state, package)
+    )
 
 
 def _require_no_transaction(conn: Connection, action: str) -> None:
@@ -231,8 +303,10 @@ def _dry_run(
         say(f"migration {name} skipped (already applied)")
     for name in report.pending:
         say(f"would apply migration {name}")
-    catalog_current = state.catalog_fingerprint == state.settings.get("catalog_fingerprint")
-    if report.code_current and catalog_current:
+    schema = _schema_drift(state) if state.installed else []
+    if schema and state.settings.get("catalog_schema") is not None:
+        raise CliError(f"aidb-memory: install would fail: {schema[0]}")
+    if code_is_current(state, package):
         say(f"code is up to date (version {__version__}, generation {package.bundle.generation})")
     else:
         b = package.bundle

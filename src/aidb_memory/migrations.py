@@ -3,6 +3,13 @@
 A migration's checksum is a hash of its statements as pglast deparses them, so reformatting
 (whitespace, comments, keyword case) keeps the checksum while any change of meaning, a constant
 included, changes it.
+
+Migrations are immutable once released, with one exception that must be explicit and reviewed:
+a file may declare, in header lines ``-- supersedes: <sha256>`` (before its first statement), the
+checksums of earlier texts of itself that it replaces. A database that applied one of those texts
+is not "edited after it was applied" and does not run the file again; fresh databases run the new
+text. Only for a correction whose old and new texts leave every database in an equivalent state
+(docs/architecture.md, "Migrations").
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import pglast
 from pglast.stream import RawStream
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_SUPERSEDES = re.compile(r"^--\s*supersedes:\s*(\S*)\s*$", re.IGNORECASE)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class SqlSourceError(Exception):
@@ -31,6 +40,13 @@ class Migration:
     path: Path
     statements: tuple[str, ...]
     checksum: str
+    # Checksums of earlier texts of this file that a database may have applied instead.
+    supersedes: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        """Every checksum a database that applied this migration may have recorded."""
+        return (self.checksum, *self.supersedes)
 
 
 def parse_statements(path: Path, text: str) -> list[tuple[Any, str]]:
@@ -47,6 +63,35 @@ def parse_statements(path: Path, text: str) -> list[tuple[Any, str]]:
         statement = text[start : start + length].strip()
         out.append((raw.stmt, statement))
     return out
+
+
+def superseded_checksums(path: Path, text: str) -> tuple[str, ...]:
+    """The checksums declared by ``-- supersedes: <sha256>`` lines in the file's header (the
+    comment lines and blank lines before the first statement). A malformed one, one in the body,
+    or one naming the file's own checksum is refused rather than ignored."""
+    found: list[str] = []
+    in_header = True
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        match = _SUPERSEDES.match(stripped)
+        if match:
+            if not in_header:
+                raise SqlSourceError(
+                    f"{path.name}:{number}: a supersedes line belongs in the header, before the "
+                    "first statement"
+                )
+            value = match.group(1).lower()
+            if not _SHA256.match(value):
+                raise SqlSourceError(
+                    f"{path.name}:{number}: supersedes takes the 64 hex digits of a checksum "
+                    f"(sha256), not {match.group(1)!r}"
+                )
+            if value in found:
+                raise SqlSourceError(f"{path.name}:{number}: checksum {value} is superseded twice")
+            found.append(value)
+        elif stripped and not stripped.startswith("--"):
+            in_header = False
+    return tuple(found)
 
 
 def canonical_checksum(parsed: list[tuple[Any, str]]) -> str:
@@ -122,16 +167,24 @@ def load_migrations(directory: Path) -> list[Migration]:
                 f"{path.name}: number {match.group(1)} is also used by {seen[match.group(1)]}"
             )
         seen[match.group(1)] = path.name
-        parsed = parse_statements(path, path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        parsed = parse_statements(path, text)
         if not parsed:
             raise SqlSourceError(f"{path.name}: the migration has no statements")
         lint_migration(path, parsed)
+        checksum = canonical_checksum(parsed)
+        supersedes = superseded_checksums(path, text)
+        if checksum in supersedes:
+            raise SqlSourceError(
+                f"{path.name}: supersedes its own checksum {checksum}; name only earlier texts"
+            )
         migrations.append(
             Migration(
                 name=path.stem,
                 path=path,
                 statements=tuple(text for _, text in parsed),
-                checksum=canonical_checksum(parsed),
+                checksum=checksum,
+                supersedes=supersedes,
             )
         )
     return migrations

@@ -8,10 +8,11 @@ therefore reach the same catalog state.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aidb_memory import __version__
+from aidb_memory import __version__, catalog
 from aidb_memory.codebundle import CodeBundle
 from aidb_memory.migrations import Migration
 
@@ -129,22 +130,26 @@ def preamble() -> list[Step]:
 
 def migration_steps(migrations: list[Migration]) -> list[Step]:
     """Refuse edited or unknown migrations, then apply the pending ones in order."""
+    # Each migration with every checksum it accepts: its own and those it supersedes.
     known = (
-        ", ".join(f"({literal(m.name)}, {literal(m.checksum)})" for m in migrations)
-        or "(NULL, NULL)"
+        ", ".join(
+            f"({literal(m.name)}, ARRAY[{', '.join(literal(c) for c in m.accepted)}])"
+            for m in migrations
+        )
+        or "(NULL, NULL::text[])"
     )
     check = do_block(
         f"""FOR r IN
-    SELECT a.name, a.checksum AS applied, k.checksum AS expected
+    SELECT a.name, a.checksum AS applied, k.checksums AS expected
     FROM {SCHEMA}.schema_migrations a
-    LEFT JOIN (VALUES {known}) AS k(name, checksum) ON k.name = a.name
+    LEFT JOIN (VALUES {known}) AS k(name, checksums) ON k.name = a.name
     ORDER BY a.name
 LOOP
     IF r.expected IS NULL THEN
         RAISE EXCEPTION 'aidb_memory: migration % is applied in this database but unknown to '
             'this package (version {__version__})', r.name
             USING HINT = 'install a newer aidb-memory package; never downgrade';
-    ELSIF r.expected <> r.applied THEN
+    ELSIF NOT (r.applied = ANY (r.expected)) THEN
         RAISE EXCEPTION 'aidb_memory: migration %.sql was edited after it was applied', r.name
             USING HINT = 'restore the file as it was applied and add a new migration '
                          'for the change';
@@ -169,24 +174,169 @@ END IF;"""
 
 _CODE_FLAG = "current_setting('aidb_memory.install_code', true) = 'on'"
 
+SCHEMA_DRIFT_HINT = (
+    "install recreates functions, views, privileges and triggers, but not what migrations "
+    "create: recreate a missing index or constraint as migrations/ define it (or restore it "
+    "from a backup) and drop objects that are not part of aidb_memory, then run install again; "
+    "`aidb-memory verify` lists every difference"
+)
+
+
+def _drop_extras(bundle: CodeBundle) -> str:
+    """Before sql/ is applied: drop the triggers, views and functions of the schema that sql/
+    does not define (a hand edit, or left by an older version), without CASCADE, so that if
+    something depends on one, install fails naming it. What sql/ defines is re-created right
+    after, so an object dropped here by mistake would only be re-created. Extension members, and
+    functions that what migrations made (an index, a default) uses, are not the code part's."""
+    defined = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
+    keep_functions = (
+        ", ".join(f"to_regprocedure({literal(f)})" for f in defined.functions) or "NULL"
+    )
+    keep_views = ", ".join(f"to_regclass({literal(v)})" for v in defined.views) or "NULL"
+    keep_triggers = ", ".join(literal(t) for t in defined.triggers) or "NULL"
+    return f"""IF {_CODE_FLAG} THEN
+    FOR r IN
+        SELECT t.tgname, t.tgrelid::regclass::text AS rel
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND NOT t.tgisinternal
+          AND t.tgname || ' on ' || t.tgrelid::regclass::text
+              <> ALL (ARRAY[{keep_triggers}]::text[])
+        ORDER BY 1, 2
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
+        {_notice("dropped trigger % on %, which is not part of this package", "r.tgname", "r.rel")}
+    END LOOP;
+    FOR r IN
+        SELECT c.oid::regclass::text AS v
+        FROM pg_class c
+        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND c.relkind = 'v'
+          AND c.oid::regclass <> ALL (ARRAY[{keep_views}]::regclass[])
+        ORDER BY c.oid::regclass::text
+    LOOP
+        EXECUTE format('DROP VIEW %s', r.v);
+        {_notice("dropped view %, which is not part of this package", "r.v")}
+    END LOOP;
+    FOR r IN
+        SELECT p.oid::regprocedure::text AS f,
+               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' WHEN 'a' THEN 'AGGREGATE'
+                              ELSE 'FUNCTION' END AS kind
+        FROM pg_proc p
+        WHERE p.pronamespace = '{SCHEMA}'::regnamespace
+          AND p.oid::regprocedure <> ALL (ARRAY[{keep_functions}]::regprocedure[])
+          -- A function that an index, default, constraint or type uses is part of what the
+          -- migrations made, not of the code part.
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                          WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = p.oid
+                            AND d.classid NOT IN ('pg_proc'::regclass, 'pg_rewrite'::regclass,
+                                                  'pg_trigger'::regclass))
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                          WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                            AND d.deptype = 'e')
+        ORDER BY p.oid::regprocedure::text
+    LOOP
+        EXECUTE format('DROP %s %s', r.kind, r.f);
+        {_notice("dropped % %, which is not part of this package", "lower(r.kind)", "r.f")}
+    END LOOP;
+END IF;"""
+
+
+# After sql/: triggers disabled by hand (ALTER TABLE ... DISABLE TRIGGER ALL also stops the
+# foreign keys' triggers) are enabled again; CREATE OR REPLACE TRIGGER does not do it.
+_ENABLE_TRIGGERS = f"""IF {_CODE_FLAG} THEN
+    FOR r IN
+        SELECT DISTINCT t.tgrelid::regclass::text AS rel
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND t.tgenabled <> 'O'
+        ORDER BY 1
+    LOOP
+        EXECUTE format('ALTER TABLE %s ENABLE TRIGGER ALL', r.rel);
+        {_notice("enabled the triggers of %", "r.rel")}
+    END LOOP;
+END IF;"""
+
+
+def expected_modules(bundle: CodeBundle) -> str:
+    """The md5 of :data:`catalog.MODULES_QUERY` over exactly this package's modules."""
+    lines = catalog.modules_digest((m.name, m.is_package, m.source) for m in bundle.modules)
+    return hashlib.md5(lines.encode(), usedforsecurity=False).hexdigest()
+
+
+def schema_check_step() -> Step:
+    """Before any migration: what migrations made must be as the last install recorded it.
+
+    Install cannot recreate a dropped index or constraint (only a migration creates one, and
+    migrations run once), and a migration must not run on a schema it was not written for; so
+    the install fails here, naming the objects."""
+    recorded = f"SELECT value FROM {SCHEMA}.runtime_settings WHERE key = 'catalog_schema'"
+    body = f"""recorded := ({recorded});
+IF recorded IS NOT NULL THEN
+    current := ({catalog.lines_query(catalog.SCHEMA_PART)});
+    IF current IS DISTINCT FROM recorded THEN
+        WITH want AS (
+            SELECT split_part(l, E'\\t', 1) AS kind, split_part(l, E'\\t', 2) AS name,
+                   split_part(l, E'\\t', 3) AS detail
+            FROM string_to_table(recorded, E'\\n') AS l WHERE l <> ''
+        ), have AS (
+            SELECT split_part(l, E'\\t', 1) AS kind, split_part(l, E'\\t', 2) AS name,
+                   split_part(l, E'\\t', 3) AS detail
+            FROM string_to_table(current, E'\\n') AS l WHERE l <> ''
+        )
+        SELECT string_agg(what, '; ' ORDER BY what) INTO problems FROM (
+            SELECT w.kind || ' ' || w.name || ' is missing' AS what FROM want w
+            WHERE NOT EXISTS (SELECT 1 FROM have h WHERE h.kind = w.kind AND h.name = w.name)
+            UNION ALL
+            SELECT h.kind || ' ' || h.name || ' is not part of aidb_memory' FROM have h
+            WHERE NOT EXISTS (SELECT 1 FROM want w WHERE w.kind = h.kind AND w.name = h.name)
+            UNION ALL
+            SELECT w.kind || ' ' || w.name || ' differs from what migrations created'
+            FROM want w JOIN have h ON h.kind = w.kind AND h.name = w.name
+            WHERE h.detail <> w.detail
+        ) AS d;
+        RAISE EXCEPTION 'aidb_memory: install refused: the schema differs from what migrations '
+            'created: %', problems
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = {literal(SCHEMA_DRIFT_HINT)};
+    END IF;
+END IF;"""
+    return Step(
+        "schema check",
+        do_block(body, declare="    recorded text;\n    current text;\n    problems text;"),
+    )
+
+
+def schema_record_step() -> Step:
+    """After everything: record what migrations made, for the next install's check and verify."""
+    return Step(
+        "record schema",
+        do_block(
+            f"""current := ({catalog.lines_query(catalog.SCHEMA_PART)});
+INSERT INTO {SCHEMA}.runtime_settings (key, value) VALUES ('catalog_schema', current)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+WHERE {SCHEMA}.runtime_settings.value IS DISTINCT FROM EXCLUDED.value;""",
+            declare="    current text;",
+        ),
+    )
+
 
 def code_steps(bundle: CodeBundle) -> list[Step]:
-    """Re-apply modules and sql/ unless the recorded code and catalog are already this package's."""
+    """Re-apply modules and sql/ unless the recorded code, the stored modules and the catalog of
+    the code part are exactly what this package installs."""
     decide = do_block(
         f"""SELECT value INTO recorded FROM {SCHEMA}.runtime_settings WHERE key = 'code_checksum';
-SELECT value INTO fingerprint FROM {SCHEMA}.runtime_settings WHERE key = 'catalog_fingerprint';
-IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)}
-   AND to_regprocedure('{SCHEMA}.catalog_fingerprint()') IS NOT NULL THEN
-    -- Dynamic, because the function does not exist before the first install.
-    EXECUTE 'SELECT {SCHEMA}.catalog_fingerprint()' INTO current;
+SELECT value INTO recorded_code FROM {SCHEMA}.runtime_settings WHERE key = 'catalog_code';
+IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)} AND recorded_code IS NOT NULL THEN
+    -- Hand edits of the stored Python, of functions, views, privileges or triggers' state.
+    modules := md5(({catalog.MODULES_QUERY}));
+    current := ({catalog.lines_query(catalog.CODE)});
 END IF;
-IF current IS NOT NULL AND current = fingerprint THEN
+IF modules IS NOT DISTINCT FROM {literal(expected_modules(bundle))}
+   AND current IS NOT DISTINCT FROM recorded_code AND current IS NOT NULL THEN
     PERFORM set_config('aidb_memory.install_code', 'off', true);
     {_notice(f"code is up to date (version {__version__}, generation {bundle.generation})")}
 ELSE
     PERFORM set_config('aidb_memory.install_code', 'on', true);
 END IF;""",
-        declare="    recorded text;\n    fingerprint text;\n    current text;",
+        declare="    recorded text;\n    recorded_code text;\n    modules text;\n    current text;",
     )
     steps = [Step("code checksum", decide)]
     names = ", ".join(literal(m.name) for m in bundle.modules)
@@ -207,6 +357,12 @@ END IF;""",
     {_notice(f"stored {len(bundle.modules)} server-side modules (generation {bundle.generation})")}
 END IF;"""
             ),
+        )
+    )
+    steps.append(
+        Step(
+            "functions and views not of this package",
+            do_block(_drop_extras(bundle), "    r record;"),
         )
     )
     for f in bundle.sql_files:
@@ -230,6 +386,7 @@ END IF;"""
         "    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();"
         for k, v in settings.items()
     )
+    steps.append(Step("triggers", do_block(_ENABLE_TRIGGERS, declare="    r record;")))
     steps.append(
         Step(
             "record installed code",
@@ -239,6 +396,9 @@ END IF;"""
     -- The catalog fingerprint is taken after everything else, so verify can detect hand edits.
     INSERT INTO {SCHEMA}.runtime_settings (key, value)
     VALUES ('catalog_fingerprint', {SCHEMA}.catalog_fingerprint())
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    INSERT INTO {SCHEMA}.runtime_settings (key, value)
+    VALUES ('catalog_code', ({catalog.lines_query(catalog.CODE)}))
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
     {_notice(f"installed version {__version__}")}
 END IF;"""
@@ -263,8 +423,10 @@ def build(
         + trust.trust_steps(accept_existing_roles=accept_existing_roles)
         + [head[at], trust.schema_check_step()]
         + head[at + 1 :]
+        + [schema_check_step()]
         + migration_steps(migrations)
         + code_steps(bundle)
+        + [schema_record_step()]
         + trust.final_steps(accept_existing_roles=accept_existing_roles)
     )
 

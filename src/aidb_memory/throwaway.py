@@ -13,6 +13,7 @@ import os
 import pwd
 import shlex
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,12 @@ class ThrowawayServer:
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """A libpq connection string for one database of this server."""
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
+
+    def restart(self) -> None:
+        """Stop the server (fast shutdown: sessions are ended) and start it again, same port
+        and data: what a client sees across a server restart."""
+        self._pg.terminate(signal.SIGINT)
+        self._pg.start()
 
     def stop(self) -> None:
         """Stop the server and remove everything it wrote."""

@@ -5,10 +5,18 @@ It calls ``aidb_memory.process_events`` in batches; when the queue is empty it w
 timeout so that events due after a backoff are picked up too. SIGINT or SIGTERM stops it after
 the event in hand (by default one event per CALL; each event commits on its own). Several
 workers at once are safe: the procedure claims events with ``FOR UPDATE SKIP LOCKED``.
+
+It stays up: a CALL that fails (a ``statement_timeout`` or cancel during an event, which the
+procedure records as that event's failed attempt, or any other error) is reported and the next
+CALL goes on after a short pause; a lost connection (server restart, terminated backend) is
+re-opened with a capped backoff, a line per try. It stops only on SIGINT/SIGTERM or on a
+configuration error (:class:`ConfigError`: no privilege, aidb_memory not installed, an option
+the server refuses), which retrying cannot mend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from collections.abc import Callable
@@ -17,7 +25,14 @@ from types import FrameType
 
 import psycopg
 
+from aidb_memory.connection import CliError, first_line
+
 CHANNEL = "aidb_memory_events"
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 30.0
+# Errors no retry mends: no privilege, no such function or schema (not installed, or an older
+# version), an option the server refuses.
+CONFIG_SQLSTATES = frozenset({"42501", "42883", "3F000", "42P01", "42704", "22023", "22004"})
 _PROCESS = (
     "CALL aidb_memory.process_events(max_events => %s::int, lease_s => %s::int, "
     "max_attempts => %s::int, backoff_s => %s::real)"
@@ -64,17 +79,47 @@ class Stop:
         self.requested = True
 
 
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+class ConfigError(Exception):
+    """The worker cannot run as configured (exit 2): retrying would fail the same way."""
+
+    def __init__(self, error: psycopg.Error) -> None:
+        super().__init__(first_line(error))
+        self.error = error
+
+
+def classify(sqlstate: str | None, connection_lost: bool) -> str:
+    """What a failed CALL means for the worker: 'lost' (reconnect), 'cancelled' (the event
+    counted as a failed attempt), 'config' (stop, exit 2) or 'failed' (go on)."""
+    if connection_lost or (sqlstate or "").startswith("08") or sqlstate in {"57P01", "57P02"}:
+        return "lost"
+    if sqlstate == "57014":
+        return "cancelled"
+    if sqlstate in CONFIG_SQLSTATES:
+        return "config"
+    return "failed"
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds to wait after the ``failures``-th failure in a row: doubling, capped."""
+    return float(min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** max(0, failures - 1)))
+
+
 def run(
-    conn: psycopg.Connection[tuple[object, ...]],
+    connect: Callable[[], Connection],
     options: Options,
     *,
     say: Callable[[str], None],
     stop: Stop | None = None,
 ) -> Totals:
-    """Work the queue on ``conn`` (autocommit) until ``stop`` or, with ``once``, until empty."""
+    """Work the queue on connections from ``connect`` (autocommit) until ``stop`` or, with
+    ``once``, until empty. The first connection's failure (a :class:`CliError`) propagates; a
+    later loss is retried."""
     stop = stop or Stop()
     totals = Totals()
-    conn.execute(f"LISTEN {CHANNEL}")
+    conn: Connection | None = _listen(connect())
     say(
         "worker: started"
         + (
@@ -83,11 +128,44 @@ def run(
             else "; Ctrl-C or SIGTERM stops it"
         )
     )
+    failures = 0
     while not stop.requested:
-        row = conn.execute(
-            _PROCESS, (options.batch, options.lease_s, options.max_attempts, options.backoff_s)
-        ).fetchone()
-        processed, failed, retried = (_count(v) for v in row) if row else (0, 0, 0)
+        if conn is None:
+            try:
+                conn = _listen(connect())
+            except (CliError, psycopg.OperationalError) as e:
+                failures += 1
+                delay = retry_delay(failures)
+                say(f"worker: cannot reconnect ({_reason(e)}); next try in {delay:g} s")
+                _pause(delay, stop)
+                continue
+            say("worker: reconnected")
+            failures = 0
+        try:
+            row = conn.execute(
+                _PROCESS, (options.batch, options.lease_s, options.max_attempts, options.backoff_s)
+            ).fetchone()
+            processed, failed, retried = (_count(v) for v in row) if row else (0, 0, 0)
+        except psycopg.Error as e:
+            kind = classify(e.sqlstate, conn.closed or conn.broken)
+            if kind == "config":
+                raise ConfigError(e) from None
+            failures += 1
+            delay = retry_delay(failures)
+            if kind == "lost":
+                _drop(conn)
+                conn = None
+                say(f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s")
+            elif kind == "cancelled":
+                say(
+                    f"worker: call cancelled ({first_line(e)}); the event in hand counts as a "
+                    f"failed attempt; going on in {delay:g} s"
+                )
+            else:
+                say(f"worker: call failed ({first_line(e)}); going on in {delay:g} s")
+            _pause(delay, stop)
+            continue
+        failures = 0
         totals.processed += processed
         totals.failed += failed
         totals.retried += retried
@@ -97,16 +175,55 @@ def run(
             continue  # maybe more queued
         if options.once:
             break
-        _wait(conn, options.idle_s, stop)
+        try:
+            _wait(conn, options.idle_s, stop)
+        except psycopg.OperationalError as e:
+            _drop(conn)
+            conn = None
+            failures += 1
+            delay = retry_delay(failures)
+            say(f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s")
+            _pause(delay, stop)
+    if conn is not None:
+        conn.close()
     say(f"worker: stopped; {totals.line()}")
     return totals
+
+
+def _listen(conn: Connection) -> Connection:
+    conn.execute(f"LISTEN {CHANNEL}")
+    return conn
+
+
+def _drop(conn: Connection) -> None:
+    """Close a connection that is gone; nothing it could say matters any more."""
+    with contextlib.suppress(psycopg.Error):
+        conn.close()
+
+
+def _reason(error: Exception) -> str:
+    return (
+        str(error).removeprefix("aidb-memory: ")
+        if isinstance(error, CliError)
+        else first_line(error)
+    )
+
+
+def _pause(seconds: float, stop: Stop) -> None:
+    """Sleep ``seconds`` in short steps, so that a stop request is seen promptly."""
+    deadline = time.monotonic() + seconds
+    while not stop.requested:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.2))
 
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _wait(conn: psycopg.Connection[tuple[object, ...]], idle_s: float, stop: Stop) -> None:
+def _wait(conn: Connection, idle_s: float, stop: Stop) -> None:
     """Until a notification, ``idle_s`` or a stop request, whichever comes first."""
     deadline = time.monotonic() + idle_s
     while not stop.requested:

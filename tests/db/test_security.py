@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
+from aidb_memory import __version__
 from conftest import ADMIN_USER, APP_USER, Database
 from fake_openai import serve
 
@@ -443,7 +444,7 @@ def test_search_path_objects_of_the_caller_are_never_used(db: Database) -> None:
             == "evil"
         )
         # ... but none of ours use them.
-        assert admin.execute("SELECT aidb_memory.version()").fetchone() == ("0.1.0",)
+        assert admin.execute("SELECT aidb_memory.version()").fetchone() == (__version__,)
         ident = admin.execute("SELECT aidb_memory.init('sp')").fetchone()
         assert ident is not None
         updated = admin.execute(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aidb_memory import __version__
 from conftest import REPO, Database
 
 
@@ -38,7 +39,7 @@ def test_wheel_in_a_fresh_venv_installs_the_schema(tmp_path: Path, empty_db: Dat
         [str(venv / "bin" / "aidb-memory"), "install", "--dsn", empty_db.dsn()], elsewhere, env
     )
     assert "migration 0001_namespaces applied" in out
-    assert empty_db.value("SELECT aidb_memory.version()") == "0.1.0"
+    assert empty_db.value("SELECT aidb_memory.version()") == __version__
     assert (
         empty_db.value("SELECT count(*) FROM aidb_memory.namespaces WHERE name = 'pg_agents'") == 1
     )

@@ -49,6 +49,8 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             return _Rows([{"value": secrets[name], "endpoints": bindings.get(name)}])
         if sql == llm._ENV_PATTERN:
             return _Rows([{"value": env_pattern[0]}] if env_pattern[0] is not None else [])
+        if sql == llm._READ_ONLY:
+            return _Rows([{"read_only": False}])
         return _Rows()
 
     monkeypatch.setattr(db, "execute", execute)
