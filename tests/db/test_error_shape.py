@@ -55,11 +55,18 @@ CASES: dict[str, Case] = {
     "drop_model": Case(ADMIN_USER, "SELECT aidb_memory.drop_model('no-such-model')", "42704"),
     "drop_secret": Case(ADMIN_USER, "SELECT aidb_memory.drop_secret('no-such-secret')", "42704"),
     "event_claim": Case(
-        WORKER_USER, "SELECT aidb_memory.event_claim(0)", "22023", named="process_events"
+        WORKER_USER, "SELECT aidb_memory.event_claim(0, 5)", "22023", named="process_events"
     ),
     "event_error": Case(
         WORKER_USER, "SELECT aidb_memory.event_error(1, 0, 1, 'x')", "22023", named="process_events"
     ),
+    "event_interrupted": Case(
+        WORKER_USER,
+        "SELECT aidb_memory.event_interrupted(1, 0, 1, 'x')",
+        "22023",
+        named="process_events",
+    ),
+    "events_retry": Case(ADMIN_USER, "SELECT aidb_memory.events_retry(NULL)", "22004"),
     "event_process": Case(
         WORKER_USER, "SELECT aidb_memory.event_process(1, 0, 1)", "22023", named="process_events"
     ),
