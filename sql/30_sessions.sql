@@ -207,8 +207,29 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
+DECLARE
+    state text;
+    message text;
+    detail text;
+    hint text;
 BEGIN
     RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_get');
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- Raised again from here, the error's CONTEXT is this one line instead of the internal
+    -- window query and the frames of the functions under it (docs/architecture.md, Errors).
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+        detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    message := 'aidb_memory.session_get: '
+               || pg_catalog.regexp_replace(message, '^aidb_memory\.\w+: ', '');
+    -- RAISE sends an empty DETAIL or HINT as one, and refuses a NULL: name only those present.
+    IF detail <> '' AND hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
+    ELSIF detail <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail;
+    ELSIF hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.session_get(text, text, text, integer, text, integer) IS
@@ -233,6 +254,11 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
+DECLARE
+    state text;
+    message text;
+    detail text;
+    hint text;
 BEGIN
     RETURN (SELECT coalesce(jsonb_agg(
         CASE
@@ -251,6 +277,21 @@ BEGIN
         END ORDER BY e.ord), '[]'::jsonb)
     FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_messages') AS s,
          jsonb_array_elements(s.items) WITH ORDINALITY AS e(item, ord));
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- As in session_get: one CONTEXT line instead of our internal queries.
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+        detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    message := 'aidb_memory.session_messages: '
+               || pg_catalog.regexp_replace(message, '^aidb_memory\.\w+: ', '');
+    -- RAISE sends an empty DETAIL or HINT as one, and refuses a NULL: name only those present.
+    IF detail <> '' AND hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
+    ELSIF detail <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail;
+    ELSIF hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer) IS

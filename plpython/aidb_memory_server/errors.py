@@ -36,3 +36,21 @@ def required(function: str, field: str) -> ApiError:
         f"aidb_memory.{function}: {field} must not be NULL",
         hint=f"pass a value for {field}",
     )
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` with every run of whitespace (newlines too) made one space, cut to ``limit``."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def named_message(function: str, text: str) -> str:
+    """The one-line message of an error that a statement run inside ``function`` raised: its
+    primary message after ``aidb_memory.<function>:``. An ``aidb_memory.<other>:`` prefix (an
+    internal function's) gives way to it; the client called ``function``, not the other."""
+    text = one_line(text, limit=1000)
+    prefix, sep, rest = text.partition(": ")
+    name = prefix.removeprefix("aidb_memory.")
+    if sep and name != prefix and name.isidentifier():
+        text = rest
+    return f"aidb_memory.{function}: {text}"

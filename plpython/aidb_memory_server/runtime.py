@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Callable, Sequence
+import itertools
+import operator
+import sys
+from collections.abc import Callable, Generator, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import plpy
 
-from aidb_memory_server.errors import INTERNAL_ERROR, ApiError
+from aidb_memory_server import errors
+from aidb_memory_server.errors import INTERNAL_ERROR, ApiError, named_message
 
 PACKAGE = "aidb_memory_server"
 _current: Runtime | None = None
@@ -43,8 +48,16 @@ class Runtime:
             return fn(*args)
         except ApiError as e:
             raise sql_error(e.sqlstate, e.message, hint=e.hint, detail=e.detail) from None
-        except plpy.SPIError:
-            raise  # a SQL error already carries its own SQLSTATE and message
+        except plpy.SPIError as e:
+            # An error of a statement we ran: raised as it is, it would show the client our
+            # internal query (its QUERY field and a "SQL statement" CONTEXT line) and arrive as
+            # "spiexceptions.QueryCanceled: ...". Keep its SQLSTATE, DETAIL and HINT only.
+            raise sql_error(
+                getattr(e, "sqlstate", None) or INTERNAL_ERROR,
+                named_message(attr_of(target), str(e.args[0]) if e.args else ""),
+                hint=getattr(e, "hint", None),
+                detail=getattr(e, "detail", None),
+            ) from None
         except plpy.Error as e:
             # plpy.error(..., sqlstate=...) in the package: keep its SQLSTATE, hint and detail,
             # and give it the function's name instead of PL/Python's "plpy.Error:" prefix.
@@ -68,6 +81,64 @@ class Runtime:
                 hint="this is a bug in aidb_memory; the server log has the details",
             ) from None
 
+    def bind(
+        self, namespace: MutableMapping[str, Any], target: str, generation: str
+    ) -> Callable[[], Any]:
+        """The callable that runs ``target``, installed as the PL/Python procedure itself.
+
+        PL/Python runs a function as the expression ``__plpython_procedure_<name>_<oid>()`` in
+        the function's own globals (``namespace``), and reports an escaping error with every
+        Python frame it went through as CONTEXT, except the first (that expression's). The
+        callable made here is built of C functions around our dispatch and raises the error
+        from C: bound to that name, it leaves no frame but the first, so later calls of this
+        function in this connection report CONTEXT as ``Traceback (most recent call last):``
+        and ``PL/Python function "<name>"``, without lines or source. The stub that calls this
+        (the first call) still shows its own frame.
+
+        Bound, the callable skips the stub's check of the code generation: that is safe only
+        when this runtime is the generation the stub was rendered with (a new generation
+        rewrites every function, which makes PL/Python compile it again, with new globals). A
+        runtime loaded from an older snapshot than the catalog's (see ``boot``) is not bound.
+        """
+        name = sys._getframe(1).f_code.co_name
+        call = self._entry(namespace, target)
+        if (
+            generation == self.generation
+            and name.startswith("__plpython_procedure_")
+            and name in namespace
+        ):
+            namespace[name] = call
+        return call
+
+    def _entry(self, namespace: MutableMapping[str, Any], target: str) -> Callable[[], Any]:
+        def outcome(_: object) -> tuple[Callable[[Any], Any], Any]:
+            try:
+                return _result, self.call(target, namespace["args"])
+            except plpy.Error as e:  # call() turns every failure into one
+                return _raise, e.with_traceback(None)
+
+        # next() of this iterator calls outcome() (its frame is gone once it returns) and then
+        # _raise(error) or _result(value): only C frames are left when the error is raised.
+        steps: Iterator[Any] = itertools.starmap(
+            operator.call, map(outcome, itertools.repeat(None))
+        )
+        return functools.partial(next, steps)
+
+
+def _finished() -> Generator[None, None, None]:
+    yield None
+
+
+_done = _finished()
+for _ in _done:
+    pass
+# Raises its argument without a frame: throw() into a finished generator runs no code.
+_raise: Callable[[BaseException], Any] = _done.throw
+
+
+def _result(value: Any) -> Any:
+    return value
+
 
 def _log_traceback(name: str) -> None:
     """Write the exception being handled to the server log, and only there.
@@ -86,10 +157,7 @@ def _log_traceback(name: str) -> None:
     plpy.log(f"aidb_memory.{name}: internal error\n{text}")
 
 
-def one_line(text: str, limit: int = 200) -> str:
-    """``text`` with every run of whitespace (newlines too) made one space, cut to ``limit``."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+one_line = errors.one_line
 
 
 def attr_of(target: str) -> str:

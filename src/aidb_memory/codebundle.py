@@ -38,13 +38,23 @@ _STUB = (
 rt = GD.get("aidb_memory.rt")
 if rt is None or rt.generation != "{generation}":
     boot = {{"__name__": "{boot}"}}
-    """
+    try:
+        """
     + _LOAD_BOOT
     + """
-    rt = boot["boot"](GD, "{generation}")
-return rt.call("{target}", args)
+        rt = boot["boot"](GD, "{generation}")
+    except plpy.SPIError as e:
+        raise type("{name}", (plpy.Error,), {{
+            "__module__": "aidb_memory", "sqlstate": getattr(e, "sqlstate", None) or "XX000",
+            "detail": getattr(e, "detail", None), "hint": getattr(e, "hint", None),
+        }})(" ".join(str(e.args[0] if e.args else "").split())) from None
+return rt.bind(globals(), "{target}", "{generation}")()
 $py$"""
 )
+# Loading the code runs queries, which can meet a lock (an install under way) or a cancel: such
+# an error reaches the client as ``aidb_memory.<function>: <message>`` with its SQLSTATE, DETAIL
+# and HINT, as every other error of ours (runtime.py makes those), not as the PL/Python
+# ``spiexceptions.LockNotAvailable: ...`` with the query that failed.
 
 # Statements that create or destroy stored data do not belong in files re-run on every install.
 _FORBIDDEN_IN_SQL_DIR = {
@@ -126,7 +136,8 @@ def generation_of(modules: tuple[Module, ...]) -> str:
 
 def render_stub(target: str, generation: str) -> str:
     """The dollar-quoted body that loads the server-side package and calls ``target``."""
-    return _STUB.format(target=target, generation=generation, boot=BOOT_MODULE)
+    name = target.rpartition(".")[2]
+    return _STUB.format(target=target, generation=generation, boot=BOOT_MODULE, name=name)
 
 
 def _options(stmt: Any) -> list[tuple[str, Any]]:

@@ -232,8 +232,8 @@ def test_well_formed_functions_pass(tmp_path: Path, options: str) -> None:
         f"LANGUAGE plpython3u {options}\nAS $py$   sub.pkg.run\t$py$;\n"
     )
     (f,) = sql_files(tmp_path, text)
-    assert 'rt.call("namespaces.init", args)' in python_body(f.statements[0])
-    assert 'rt.call("sub.pkg.run", args)' in python_body(f.statements[1])
+    assert f'rt.bind(globals(), "namespaces.init", "{GEN}")()' in python_body(f.statements[0])
+    assert 'rt.bind(globals(), "sub.pkg.run", ' in python_body(f.statements[1])
 
 
 # --- stub rendering ---------------------------------------------------------------------------
@@ -250,7 +250,9 @@ COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.';
     body = python_body(function)
     assert "namespaces.init $py$" not in function
     assert f"# aidb_memory: runs namespaces.init (code generation {GEN})" in body
-    assert body.rstrip().endswith('return rt.call("namespaces.init", args)')
+    assert body.rstrip().endswith(f'return rt.bind(globals(), "namespaces.init", "{GEN}")()')
+    # A failure to load the code is named after the SQL function, like every error of ours.
+    assert 'type("init", (plpy.Error,)' in body
     assert f"SELECT source FROM aidb_memory.runtime_modules WHERE name = '{BOOT_MODULE}'" in body
     assert (
         comment == "COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.'"
