@@ -123,8 +123,11 @@ BEGIN
             WHEN query_canceled THEN
                 -- statement_timeout or pg_cancel_backend: the attempt counts (after COMMIT,
                 -- below), then the cancel ends the call as the caller asked.
-                -- PL/Python prefixes the message with its exception class; not the user's.
-                cancelled := pg_catalog.regexp_replace(SQLERRM, '^spiexceptions\.\w+: ', '');
+                -- The message names the internal function it came through (or PL/Python's
+                -- exception class): the event's last_error keeps only what happened, and the
+                -- error raised below names process_events, the function the caller called.
+                cancelled := pg_catalog.regexp_replace(
+                    SQLERRM, '^(spiexceptions|aidb_memory)\.\w+: ', '');
             WHEN admin_shutdown OR invalid_parameter_value THEN
                 RAISE;
             WHEN OTHERS THEN
@@ -135,7 +138,8 @@ BEGIN
             PERFORM aidb_memory.event_interrupted(claimed, max_attempts, backoff_s, cancelled);
             COMMIT;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-            RAISE EXCEPTION USING ERRCODE = 'query_canceled', MESSAGE = cancelled,
+            RAISE EXCEPTION USING ERRCODE = 'query_canceled',
+                MESSAGE = 'aidb_memory.process_events: ' || cancelled,
                 HINT = 'aidb_memory.process_events: the event in hand counts as a failed attempt';
         END IF;
         COMMIT;

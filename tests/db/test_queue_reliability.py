@@ -210,9 +210,11 @@ def test_a_worker_with_a_statement_timeout_goes_on_past_the_slow_event(
         env={"PGOPTIONS": "-c statement_timeout=1500ms"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "worker: call cancelled (canceling statement due to statement timeout)" in (
-        result.stdout
+    cancelled = (
+        "worker: call cancelled (aidb_memory.process_events: canceling statement due to "
+        "statement timeout)"
     )
+    assert cancelled in result.stdout
     assert "Traceback" not in result.stderr
     assert [_event(db, e)["status"] for e in behind] == ["processed", "processed"]
     state = _event(db, slow)
