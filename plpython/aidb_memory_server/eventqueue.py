@@ -56,13 +56,6 @@ SET status = 'processing', attempts = attempts + 1, last_error = COALESCE($3, la
     lease_until = now() + make_interval(secs => $2)
 WHERE id = $1
 """
-# No attempt left: failed, with why. The clock, not the transaction start, is when it failed.
-_GIVE_UP = """
-UPDATE aidb_memory.event
-SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
-    processed_at = clock_timestamp()
-WHERE id = $1
-"""
 # The event, locked for the whole attempt, with its namespace. FOR UPDATE waits rather than
 # skips: another worker's claim may hold the row for an instant (it locked the row version it
 # saw before finding it no longer claimable); a worker that took over after a lapsed lease holds
@@ -91,6 +84,7 @@ SET status = 'accepted', last_error = $2, lease_until = NULL,
     next_attempt_at = clock_timestamp() + make_interval(secs => $3)
 WHERE id = $1
 """
+# No attempt left: failed, with why. The clock, not the transaction start, is when it failed.
 _FAILED = """
 UPDATE aidb_memory.event
 SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
@@ -122,7 +116,7 @@ def event_claim(lease_s: int | None, max_attempts: int | None) -> int | None:
         note = unfinished_attempt(attempts) if unfinished else None
         if attempts >= limit:
             why = note or exhausted(attempts, limit, event["last_error"])
-            db.execute(_GIVE_UP, ("bigint", "text"), (event_id, why))
+            db.execute(_FAILED, ("bigint", "text"), (event_id, why))
             continue
         db.execute(_CLAIM, ("bigint", "float8", "text"), (event_id, float(lease), note))
         return event_id
