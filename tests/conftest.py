@@ -24,6 +24,7 @@ import pytest
 
 from aidb_memory.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
+from fake_openai import FakeOpenAI, serve
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = "aidb_template"
@@ -148,6 +149,14 @@ def db(pg_server: ThrowawayServer, template_db: Database) -> Iterator[Database]:
         yield database
     finally:
         _drop_database(database)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    """A fake OpenAI-compatible server for one test (tests/fake_openai.py); a module that wants
+    other default answers defines its own ``fake``."""
+    with serve() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

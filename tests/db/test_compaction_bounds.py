@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -17,16 +16,10 @@ import pytest
 
 from aidb_memory_server import compaction
 from conftest import APP_USER, Database
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "bounds"
 CAP = 20_000  # compaction_max_input_chars of these tests
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def _setup(db: Database, fake: FakeOpenAI | None, **config: Any) -> None:

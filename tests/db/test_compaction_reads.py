@@ -22,12 +22,6 @@ from fake_openai import FakeOpenAI, Reply, refused_port, serve
 NS = "support"
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
-
-
 def _model(db: Database, name: str, base_url: str, **options: Any) -> None:
     opts = {"model": "fake-chat", "base_url": base_url, "max_retries": 0, **options}
     db.sql("SELECT aidb_memory.create_model(%s, 'openai', %s::jsonb)", (name, json.dumps(opts)))

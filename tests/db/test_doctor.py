@@ -19,7 +19,7 @@ import pytest
 from aidb_memory import cli, connection, deps
 from aidb_memory.doctor import probe_server_python
 from conftest import ADMIN_USER, APP_USER, Database, run_cli
-from fake_openai import FakeOpenAI, Reply, refused_port, serve
+from fake_openai import FakeOpenAI, Reply, refused_port
 
 TESTPKG = "aidb_memory_testpkg"
 
@@ -153,12 +153,6 @@ def test_doctor_on_a_server_without_plpython(
 # --- doctor: models reachable ----------------------------------------------------------------
 
 KEY = "sk-doctor-never-shown-41c9"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def register(db: Database, name: str, base_url: str, **options: Any) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ import psycopg
 import pytest
 
 from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "shapes"
 SESSION = "s1"
@@ -229,12 +228,6 @@ def test_a_database_error_of_a_session_read_is_one_line_without_the_window_query
             assert error.diag.message_hint
             context = error.diag.context or ""
             assert re.fullmatch(ALLOWED[2].format(name="session_get"), context), context
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def _long_session(conn: psycopg.Connection[Any], session: str) -> None:

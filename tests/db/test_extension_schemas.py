@@ -6,7 +6,6 @@ of 0005 upgrades (issue 10, item 9). Near duplicates with other identifiers stay
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,10 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "ext"
 FIRST_0005 = "6f5d8e2a6763f85670459adab9d8747a017c9bdc39710cff183674c62f4f4cd8"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def ok(result: Any, what: str) -> str:

@@ -8,23 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import ADMIN_USER, APP_USER, Database
-from fake_openai import FakeOpenAI, Reply, refused_port, serve
+from fake_openai import FakeOpenAI, Reply, refused_port
 
 SECRET = "sk-llm-test-Hq7Wm2Pz9Xc4Vb8N"
 BUILTIN = '{"kind": "extractive"}'
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def _register(db: Database, name: str, base_url: str, **options: Any) -> None:

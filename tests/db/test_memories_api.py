@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,15 +17,9 @@ import pytest
 from psycopg import sql as pgsql
 
 from conftest import ADMIN_USER, APP_USER, Database
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "mem"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def _namespace(db: Database, name: str = NS, spec: dict[str, Any] | None = None) -> None:

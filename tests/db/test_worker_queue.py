@@ -13,26 +13,20 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import APP_USER, WORKER_USER, Database
-from fake_openai import FakeOpenAI, Reply, Request, serve
+from fake_openai import FakeOpenAI, Reply, Request
 
 NS = "mem"
 PROCESS = (
     "CALL aidb_memory.process_events(max_events => %s::int, lease_s => %s::int, "
     "backoff_s => %s::real)"
 )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 @pytest.fixture

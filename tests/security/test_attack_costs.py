@@ -14,25 +14,18 @@ from __future__ import annotations
 import itertools
 import json
 import string
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "costs"
 ACTOR = "alice"
 # Enough for every call below on the hardened code, far below what the attacks cost without it.
 GUARD = "SET statement_timeout = '20s'"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def _namespace(db: Database, spec: dict[str, Any] | None = None, **config: Any) -> None:

@@ -9,26 +9,19 @@ plan carries its parameters (other actors' memory text) as constants.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import APP_USER, WORKER_USER, Database
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 NS = "leaky"
 SECRET_TURN = "my locker code is 4471-PLUM-ORCHID"
 SECRET_FACT = "Alice's locker code is 4471-PLUM-ORCHID."
 NEEDLE = "PLUM-ORCHID"
 DEBUG = ("debug_print_parse", "debug_print_rewritten", "debug_print_plan")
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 @pytest.fixture

@@ -13,17 +13,15 @@ their own to the extension: install refuses an extension with a member it cannot
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from conftest import ADMIN_USER, APP_USER, OWNER_USER, WORKER_USER, Database, run_cli
-from fake_openai import FakeOpenAI, Reply, serve
+from fake_openai import FakeOpenAI, Reply
 
 PINNED = "-c search_path=pg_catalog,pg_temp"
 NS = "trapped"
@@ -45,12 +43,6 @@ def _look_alike(args: str, result: str, name: str) -> str:
         f"CREATE FUNCTION {name}({args}) RETURNS {result} LANGUAGE plpgsql IMMUTABLE AS $t$\n"
         "BEGIN PERFORM public.trap_fire(); RETURN NULL; END $t$"
     )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with serve() as server:
-        yield server
 
 
 def pinned(db: Database, user: str = "postgres") -> psycopg.Connection[Any]:
