@@ -23,15 +23,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.namespace_update(
     config jsonb DEFAULT NULL,
     state text DEFAULT NULL
 )
-RETURNS TABLE (
-    id bigint,
-    name text,
-    model_spec jsonb,
-    config jsonb,
-    state text,
-    created_at timestamptz,
-    updated_at timestamptz
-)
+-- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
+-- have an argument and a result column of one name; migrations/0009_result_types.sql.
+RETURNS SETOF aidb_memory.namespace_update_result
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off

@@ -6,7 +6,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_start(
     agent_id text,
     session_id text DEFAULT NULL
 )
-RETURNS TABLE (session_id text, started_at timestamptz, closed_at timestamptz, prev_handoff jsonb)
+-- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
+-- have an argument and a result column of one name; migrations/0009_result_types.sql.
+RETURNS SETOF aidb_memory.session_start_result
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
@@ -337,15 +339,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_list(
     include_closed boolean DEFAULT true,
     "limit" integer DEFAULT 50
 )
-RETURNS TABLE (
-    session_id text,
-    agent_id text,
-    started_at timestamptz,
-    closed_at timestamptz,
-    turn_count bigint,
-    total_chars bigint,
-    updated_at timestamptz
-)
+-- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
+-- have an argument and a result column of one name; migrations/0009_result_types.sql.
+RETURNS SETOF aidb_memory.session_list_result
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off

@@ -12,14 +12,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.search(
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL
 )
-RETURNS TABLE (
-    id uuid,
-    content text,
-    score real,
-    agent_id text,
-    session_id text,
-    created_at timestamptz
-)
+-- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
+-- have an argument and a result column of one name; migrations/0009_result_types.sql.
+RETURNS SETOF aidb_memory.search_result
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
@@ -44,17 +39,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.list_memories(
     "limit" integer DEFAULT 50,
     include_superseded boolean DEFAULT false
 )
-RETURNS TABLE (
-    id uuid,
-    content text,
-    agent_id text,
-    session_id text,
-    valid_from timestamptz,
-    valid_to timestamptz,
-    superseded_by uuid,
-    created_at timestamptz,
-    updated_at timestamptz
-)
+-- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
+-- have an argument and a result column of one name; migrations/0009_result_types.sql.
+RETURNS SETOF aidb_memory.list_memories_result
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off

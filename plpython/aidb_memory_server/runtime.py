@@ -87,13 +87,11 @@ class Runtime:
         """The callable that runs ``target``, installed as the PL/Python procedure itself.
 
         PL/Python runs a function as the expression ``__plpython_procedure_<name>_<oid>()`` in
-        the function's own globals (``namespace``), and reports an escaping error with every
-        Python frame it went through as CONTEXT, except the first (that expression's). The
-        callable made here is built of C functions around our dispatch and raises the error
-        from C: bound to that name, it leaves no frame but the first, so later calls of this
-        function in this connection report CONTEXT as ``Traceback (most recent call last):``
-        and ``PL/Python function "<name>"``, without lines or source. The stub that calls this
-        (the first call) still shows its own frame.
+        the function's own globals (``namespace``). The callable made here is built of C
+        functions around our dispatch and raises the error from C: bound to that name, later
+        calls of this function in this connection run no stub and leave no Python frame of ours
+        (PL/Python's traceback of an error is then its fixed header alone, which the PL/pgSQL
+        wrapper of every granted function drops: docs/architecture.md, Errors).
 
         Bound, the callable skips the stub's check of the code generation: that is safe only
         when this runtime is the generation the stub was rendered with (a new generation

@@ -202,7 +202,7 @@ def _changed(want: Item, have: Item, part: str) -> str:
     return f"{have.kind} {have.name} {what}"
 
 
-_NOT_ARGUMENTS = (FunctionParameterMode.FUNC_PARAM_OUT, FunctionParameterMode.FUNC_PARAM_TABLE)
+NOT_ARGUMENTS = (FunctionParameterMode.FUNC_PARAM_OUT, FunctionParameterMode.FUNC_PARAM_TABLE)
 
 
 def _qualified(names: Sequence[Any]) -> str:
@@ -219,6 +219,13 @@ class Defined:
     triggers: list[str]
 
 
+def signature(stmt: Any) -> str:
+    """A CreateFunctionStmt's ``schema.name(type, ...)``, as ``regprocedure`` input (its OUT and
+    TABLE parameters are not part of it)."""
+    args = [RawStream()(p.argType) for p in stmt.parameters or () if p.mode not in NOT_ARGUMENTS]
+    return f"{_qualified(stmt.funcname)}({', '.join(args)})"
+
+
 def defined_objects(statements: Iterable[str]) -> Defined:
     """The functions, views and triggers that ``statements`` create: what install's code part
     makes, so anything else of those kinds in the schema was added by hand."""
@@ -227,12 +234,7 @@ def defined_objects(statements: Iterable[str]) -> Defined:
         stmt: Any = raw.stmt
         kind = type(stmt).__name__
         if kind == "CreateFunctionStmt":
-            args = [
-                RawStream()(p.argType)
-                for p in stmt.parameters or ()
-                if p.mode not in _NOT_ARGUMENTS
-            ]
-            functions.append(f"{_qualified(stmt.funcname)}({', '.join(args)})")
+            functions.append(signature(stmt))
         elif kind == "ViewStmt":
             views.append(f"{stmt.view.schemaname or 'aidb_memory'}.{stmt.view.relname}")
         elif kind == "CreateTrigStmt":

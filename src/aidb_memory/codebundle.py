@@ -13,13 +13,17 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pglast
+from pglast import ast as pgast
+from pglast.enums import FunctionParameterMode
+from pglast.stream import RawStream
 
-from aidb_memory import __version__
+from aidb_memory import __version__, catalog
 from aidb_memory.migrations import SqlSourceError, parse_statements
 from aidb_memory.sources import SourceTree
 
@@ -33,7 +37,7 @@ _LOAD_BOOT = (
     """WHERE name = '{boot}'")[0]["source"], boot)"""
 )
 _STUB = (
-    """$py$
+    """
 # aidb_memory: runs {target} (code generation {generation})
 rt = GD.get("aidb_memory.rt")
 if rt is None or rt.generation != "{generation}":
@@ -49,7 +53,7 @@ if rt is None or rt.generation != "{generation}":
             "detail": getattr(e, "detail", None), "hint": getattr(e, "hint", None),
         }})(" ".join(str(e.args[0] if e.args else "").split())) from None
 return rt.bind(globals(), "{target}", "{generation}")()
-$py$"""
+"""
 )
 # Loading the code runs queries, which can meet a lock (an install under way) or a cancel: such
 # an error reaches the client as ``aidb_memory.<function>: <message>`` with its SQLSTATE, DETAIL
@@ -134,10 +138,117 @@ def generation_of(modules: tuple[Module, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def render_stub(target: str, generation: str) -> str:
-    """The dollar-quoted body that loads the server-side package and calls ``target``."""
+def stub_source(target: str, generation: str) -> str:
+    """The body that loads the server-side package and calls ``target``."""
     name = target.rpartition(".")[2]
     return _STUB.format(target=target, generation=generation, boot=BOOT_MODULE, name=name)
+
+
+def render_stub(target: str, generation: str) -> str:
+    """:func:`stub_source`, dollar-quoted."""
+    return f"$py${stub_source(target, generation)}$py$"
+
+
+# A function that a role of ours may execute (granted in sql/) and that is written in PL/Python
+# is installed as two: ``<name>_py``, the PL/Python function, which only the owner may execute,
+# and ``<name>`` itself, this PL/pgSQL wrapper, with the same signature, options and comment,
+# which calls it and raises its error again. PL/Python always gives an error that leaves Python
+# a CONTEXT of ``Traceback (most recent call last):`` (and, on a function's first call in a
+# connection, the stub's frame); raised again from here, the CONTEXT is this function's one
+# line. The message keeps its ``aidb_memory.<function>:`` (the worker's functions name
+# process_events) and gets this function's when it has none (an error of PostgreSQL's own).
+BODY_SUFFIX = "_py"
+_WRAPPER = r"""
+DECLARE
+    _state text;
+    _message text;
+    _detail text;
+    _hint text;
+BEGIN
+    {call}
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+    GET STACKED DIAGNOSTICS _state = RETURNED_SQLSTATE, _message = MESSAGE_TEXT,
+        _detail = PG_EXCEPTION_DETAIL, _hint = PG_EXCEPTION_HINT;
+    IF _message !~ '^aidb_memory\.\w+: ' THEN
+        _message := 'aidb_memory.{name}: ' || _message;
+    END IF;
+    -- RAISE sends an empty DETAIL or HINT as one, and refuses a NULL: name only those present.
+    IF _detail <> '' AND _hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = _state, MESSAGE = _message, DETAIL = _detail, HINT = _hint;
+    ELSIF _detail <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = _state, MESSAGE = _message, DETAIL = _detail;
+    ELSIF _hint <> '' THEN
+        RAISE EXCEPTION USING ERRCODE = _state, MESSAGE = _message, HINT = _hint;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = _state, MESSAGE = _message;
+END
+"""
+
+
+def granted_functions(files: list[tuple[Path, Parsed]]) -> set[str]:
+    """Signatures (as :func:`catalog.signature`) of the functions that sql/ grants EXECUTE on."""
+    granted = set()
+    for _, parsed in files:
+        for stmt, _ in parsed:
+            if (
+                type(stmt).__name__ == "GrantStmt"
+                and stmt.is_grant
+                and getattr(stmt.objtype, "name", "") == "OBJECT_FUNCTION"
+            ):
+                for obj in stmt.objects or ():
+                    args = ", ".join(RawStream()(a) for a in obj.objargs or ())
+                    granted.add(f"{'.'.join(n.sval for n in obj.objname)}({args})")
+    return granted
+
+
+def _with_options(stmt: Any, **replace: Any) -> Any:
+    """A copy of a CreateFunctionStmt with the options named in ``replace`` set anew."""
+    copy = deepcopy(stmt)
+    copy.options = tuple(
+        pgast.DefElem(defname=o.defname, arg=replace[o.defname]) if o.defname in replace else o
+        for o in stmt.options
+    )
+    return copy
+
+
+def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
+    """The body function, its comment and the wrapper that replace one granted PL/Python
+    function (see :data:`BODY_SUFFIX`)."""
+    schema, name = (n.sval for n in stmt.funcname)
+    body_name = f"{name}{BODY_SUFFIX}"
+    target = (python_body(stmt) or "").strip()
+    body = _with_options(stmt, **{"as": (pgast.String(sval=stub_source(target, generation)),)})
+    body.funcname = (pgast.String(sval=schema), pgast.String(sval=body_name))
+    parameters = stmt.parameters or ()
+    args = [p for p in parameters if p.mode not in catalog.NOT_ARGUMENTS]
+    call = f"{schema}.{body_name}({', '.join(f'${i}' for i in range(1, len(args) + 1))})"
+    if stmt.is_procedure or any(
+        p.mode in (FunctionParameterMode.FUNC_PARAM_OUT, FunctionParameterMode.FUNC_PARAM_INOUT)
+        for p in parameters
+    ):
+        raise SqlSourceError(
+            f"{schema}.{name}: a granted PL/Python function must return a value, a set or a "
+            "table (its wrapper is written for those)"
+        )
+    if stmt.returnType.setof or any(
+        p.mode == FunctionParameterMode.FUNC_PARAM_TABLE for p in parameters
+    ):
+        statement = f"RETURN QUERY SELECT * FROM {call};"
+    elif RawStream()(stmt.returnType) == "void":
+        statement = f"PERFORM {call};"
+    else:
+        statement = f"RETURN {call};"
+    wrapper = _with_options(
+        stmt,
+        language=pgast.String(sval="plpgsql"),
+        **{"as": (pgast.String(sval=_WRAPPER.format(call=statement, name=name)),)},
+    )
+    comment = (
+        f"COMMENT ON FUNCTION {catalog.signature(body)} IS "
+        f"'Internal: the PL/Python body of {schema}.{name}, which calls it and raises its errors "
+        "again without the Python traceback (docs/architecture.md, Errors).'"
+    )
+    return RawStream()(body), comment, RawStream()(wrapper)
 
 
 def _options(stmt: Any) -> list[tuple[str, Any]]:
@@ -157,20 +268,27 @@ def python_body(stmt: Any) -> str | None:
     return str(getattr(bodies[0][0], "sval", ""))
 
 
-def _render_statement(stmt: Any, text: str, generation: str) -> str:
+def _render_statement(
+    stmt: Any, text: str, generation: str, granted: set[str] | frozenset[str] = frozenset()
+) -> tuple[str, ...]:
     body = python_body(stmt)
     if not body:
-        return text
+        return (text,)
+    if catalog.signature(stmt) in granted:
+        return _wrapped(stmt, generation)
     # Only the function's own body is replaced (the lint made sure it is `$py$ target $py$`);
     # comments, strings and other functions keep any text that looks like one.
-    return text.replace(f"$py${body}$py$", render_stub(body.strip(), generation), 1)
+    return (text.replace(f"$py${body}$py$", render_stub(body.strip(), generation), 1),)
 
 
 def render_stubs(text: str, generation: str, name: str = "<sql>") -> str:
     """``text`` with each plpython3u function's ``$py$ module.function $py$`` body replaced by
     the loading stub, one statement after the other."""
     parsed = parse_statements(Path(name), text)
-    return "".join(f"{_render_statement(stmt, t, generation)};\n" for stmt, t in parsed)
+    granted = granted_functions([(Path(name), parsed)])
+    return "".join(
+        f"{s};\n" for stmt, t in parsed for s in _render_statement(stmt, t, generation, granted)
+    )
 
 
 def _lint_sql_file(path: Path, parsed: Parsed) -> None:
@@ -370,8 +488,21 @@ def _parse_sql_dir(sql_dir: Path) -> list[tuple[Path, Parsed]]:
 
 
 def _render_files(files: list[tuple[Path, Parsed]], generation: str) -> tuple[SqlFile, ...]:
+    granted = granted_functions(files)
+    defined = {
+        catalog.signature(s)
+        for _, p in files
+        for s, _ in p
+        if type(s).__name__ == "CreateFunctionStmt"
+    }
+    unknown = sorted(granted - defined)
+    if unknown:
+        raise SqlSourceError(f"sql/ grants EXECUTE on what it does not define: {unknown}")
     return tuple(
-        SqlFile(path.name, tuple(_render_statement(stmt, t, generation) for stmt, t in parsed))
+        SqlFile(
+            path.name,
+            tuple(s for stmt, t in parsed for s in _render_statement(stmt, t, generation, granted)),
+        )
         for path, parsed in files
     )
 

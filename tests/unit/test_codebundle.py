@@ -443,3 +443,69 @@ def test_a_procedure_that_could_evaluate_before_its_pin_is_refused(
 def test_a_committing_procedure_must_be_plpgsql(tmp_path: Path) -> None:
     text = "CREATE PROCEDURE aidb_memory.p() LANGUAGE sql AS $$ SELECT 1 $$;\n"
     assert "procedure aidb_memory.p must be LANGUAGE plpgsql" in refused(tmp_path, text)
+
+
+# Granted PL/Python functions are installed behind a PL/pgSQL wrapper (codebundle.BODY_SUFFIX).
+
+GRANT_INIT = "GRANT EXECUTE ON FUNCTION aidb_memory.init(text) TO aidb_admins"
+
+
+def _function(statement: str) -> tuple[str, str, str]:
+    """(signature, language, body) of a rendered CREATE FUNCTION."""
+    (raw,) = pglast.parse_sql(statement)
+    stmt = raw.stmt
+    language = next(str(o.arg.sval) for o in stmt.options if o.defname == "language")
+    return codebundle.catalog.signature(stmt), language, python_body(statement)
+
+
+def test_a_granted_python_function_becomes_a_body_and_a_wrapper(tmp_path: Path) -> None:
+    (f,) = sql_files(tmp_path, f"{GOOD_PY};\n{GRANT_INIT};\n")
+    body, comment, wrapper, grant = f.statements
+    assert _function(body)[:2] == ("aidb_memory.init_py(text)", "plpython3u")
+    assert 'rt.bind(globals(), "namespaces.init", "0123456789abcdef")' in python_body(body)
+    assert comment.startswith("COMMENT ON FUNCTION aidb_memory.init_py(text) IS 'Internal:")
+    signature, language, source = _function(wrapper)
+    assert (signature, language) == ("aidb_memory.init(text)", "plpgsql")
+    assert "RETURN aidb_memory.init_py($1);" in source
+    assert "EXCEPTION WHEN OTHERS OR query_canceled THEN" in source
+    assert "'aidb_memory.init: ' || _message" in source
+    # Same options as the source: the lint's SECURITY DEFINER, search_path and debug pins.
+    for text in (body, wrapper):
+        assert "SECURITY DEFINER" in text and "SET search_path TO 'pg_catalog', 'pg_temp'" in text
+        assert "SET debug_print_plan TO 'off'" in text
+    assert grant == GRANT_INIT
+
+
+def test_the_wrapper_returns_what_the_function_returns(tmp_path: Path) -> None:
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS TABLE (id bigint)\n"
+        f"LANGUAGE plpython3u STABLE {HEADER}AS $py$ namespaces.init $py$;\n"
+        "CREATE OR REPLACE FUNCTION aidb_memory.drop(name text) RETURNS void\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.drop $py$;\n"
+        f"{GRANT_INIT};\nGRANT EXECUTE ON FUNCTION aidb_memory.drop(text) TO aidb_admins;\n"
+    )
+    (f,) = sql_files(tmp_path, text)
+    wrappers = [s for s in f.statements if "LANGUAGE plpgsql" in s]
+    assert "RETURN QUERY SELECT * FROM aidb_memory.init_py($1);" in python_body(wrappers[0])
+    assert "STABLE" in wrappers[0]
+    assert "PERFORM aidb_memory.drop_py($1);" in python_body(wrappers[1])
+
+
+def test_an_ungranted_python_function_is_not_wrapped(tmp_path: Path) -> None:
+    (f,) = sql_files(tmp_path, f"{GOOD_PY};\n")
+    (statement,) = f.statements
+    assert _function(statement)[:2] == ("aidb_memory.init(text)", "plpython3u")
+
+
+def test_a_grant_of_a_function_sql_does_not_define_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SqlSourceError, match=r"does not define: \['aidb_memory.init\(jsonb\)'\]"):
+        sql_files(tmp_path, f"{GOOD_PY};\n{GRANT_INIT.replace('(text)', '(jsonb)')};\n")
+
+
+def test_a_granted_function_with_out_parameters_is_refused(tmp_path: Path) -> None:
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.init(name text, OUT id bigint)\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.init $py$;\n{GRANT_INIT};\n"
+    )
+    with pytest.raises(SqlSourceError, match="must return a value, a set or a table"):
+        sql_files(tmp_path, text)
