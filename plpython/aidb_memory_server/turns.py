@@ -3,9 +3,10 @@
 Every rule names the turn index and the field it refuses, so that a client sees exactly what to
 fix, and a batch is accepted whole or not at all.
 
-Two shapes of batch (issue 11). A batch in which any element has a top-level ``type`` key is
-*Responses-shaped*: every element is an OpenAI Responses input or output item (an element
-without ``type`` is an EasyInputMessage). Otherwise it is *chat-shaped*: Chat Completions
+Two shapes of batch (issue 11). A batch in which any element has a top-level ``type`` key (or,
+without one, a ``phase`` or a Responses content part such as input_text) is *Responses-shaped*:
+every element is an OpenAI Responses input or output item (an element without ``type`` is an
+EasyInputMessage). Otherwise it is *chat-shaped*: Chat Completions
 messages. A Responses-shaped batch with a chat-only form in it (role ``tool``, ``tool_calls``,
 ``tool_call_id``) is refused (22023) naming the element and the field.
 
@@ -553,7 +554,7 @@ def _mixing(fn: str, where: str, first: int) -> Exception:
         fn,
         where,
         "is a Chat Completions form, but this batch is Responses-shaped "
-        f'(turns[{first}] has a "type")',
+        f"(turns[{first}] is a Responses item)",
         hint="send Chat Completions messages and Responses items in separate adds",
     )
 
@@ -611,7 +612,7 @@ def validate_item(fn: str, i: int, raw: Any, limits: Limits, first: int | None =
                 raise invalid(fn, where, "must not be empty")
             content, cost = value, len(value)
         elif isinstance(value, list):
-            if not value:
+            if not value and role != "assistant":  # a model's message may be empty
                 raise invalid(fn, where, "must not be an empty array")
             content, cost = _parts(fn, where, value, limits)
         elif value is None:
@@ -702,10 +703,29 @@ def validate_item(fn: str, i: int, raw: Any, limits: Limits, first: int | None =
     )
 
 
+RESPONSES_PART_TYPES = ("input_text", "output_text", "input_image", "input_file")
+
+
+def _responses_only(element: Any) -> bool:
+    """Whether an element is a Responses item by its form: a top-level ``type``; or, for an
+    EasyInputMessage (which has none), a ``phase`` or a Responses content part (input_text,
+    output_text, input_image, input_file), which no Chat Completions message has."""
+    if not isinstance(element, dict):
+        return False
+    if "type" in element or "phase" in element:
+        return True
+    content = element.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") in RESPONSES_PART_TYPES for p in content
+    )
+
+
 def batch_shape(raw: list[Any]) -> tuple[str, int | None]:
-    """("responses", index of the first element with a "type") or ("chat", None)."""
+    """("responses", index of the first element that is a Responses item by its form) or
+    ("chat", None). A batch of messages that both APIs accept (``{"role", "content"}`` with
+    string content) is chat-shaped: both formats read it back the same."""
     for i, element in enumerate(raw):
-        if isinstance(element, dict) and "type" in element:
+        if _responses_only(element):
             return "responses", i
     return "chat", None
 

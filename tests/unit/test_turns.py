@@ -113,7 +113,11 @@ def test_a_turn_exactly_at_the_limit_is_accepted() -> None:
         ({"role": "system", "content": ""}, "turns[2].content", "is required"),
         ({"role": "assistant", "content": None}, "turns[2].content", "is required"),
         ({"role": "assistant", "content": ""}, "turns[2].content", "is required"),
-        ({"role": "user", "content": 5}, "turns[2].content", "array of content parts, not a number"),
+        (
+            {"role": "user", "content": 5},
+            "turns[2].content",
+            "array of content parts, not a number",
+        ),
         ({"role": "user", "content": ["a"]}, "turns[2].content[0]", "must be an object"),
         ({"role": "user", "content": []}, "turns[2].content", "must not be an empty array"),
         ({"role": "user", "content": {"t": 1}}, "turns[2].content", "must be a string"),

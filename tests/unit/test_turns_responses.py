@@ -58,8 +58,13 @@ def _said(role: str, text: str) -> dict[str, Any]:
     part: dict[str, Any] = {"type": kind, "text": text}
     if role == "assistant":
         part["annotations"] = []
-        return {"type": "message", "id": "msg_1", "role": role, "status": "completed",
-                "content": [part]}  # fmt: skip
+        return {
+            "type": "message",
+            "id": "msg_1",
+            "role": role,
+            "status": "completed",
+            "content": [part],
+        }
     return {"type": "message", "role": role, "content": [part]}
 
 
@@ -88,7 +93,7 @@ def test_a_plain_chat_turn_has_no_item_and_chat_shape() -> None:
         {"role": "tool", "content": "", "tool_call_id": "c", "name": "f"},
         {"role": "user", "content": "x", "name": None},
         {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "u"}}]},
-    ],  # fmt: skip
+    ],
 )
 def test_chat_messages_the_columns_cannot_give_back_keep_their_item(
     message: dict[str, Any],
@@ -112,7 +117,7 @@ def test_chat_messages_the_columns_cannot_give_back_keep_their_item(
         },
         {"role": "tool", "content": "", "tool_call_id": "c"},
         {"role": "tool", "content": "42", "tool_call_id": "c"},
-    ],  # fmt: skip
+    ],
 )
 def test_chat_messages_the_columns_give_back_store_no_item(message: dict[str, Any]) -> None:
     assert _batch(message)[0].item is None
@@ -210,7 +215,7 @@ def test_developer_kind_and_the_empty_tool_output() -> None:
             "turns[0].content",
             "has 47 characters",
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_chat_refusals_name_the_element_and_field(raw: Any, field: str, problem: str) -> None:
     limits = Limits(46, 10, 40, non_text_part_chars=7)
@@ -250,8 +255,12 @@ def test_function_call_and_output_projection() -> None:
         {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
     ]
     assert (out.role, out.content, out.tool_call_id, out.kind, out.chars) == (
-        "tool", "found", "c1", "tool_result", 5,
-    )  # fmt: skip
+        "tool",
+        "found",
+        "c1",
+        "tool_result",
+        5,
+    )
 
 
 def test_an_empty_function_output_is_accepted() -> None:
@@ -275,10 +284,19 @@ def test_reasoning_costs_its_summary_not_its_encrypted_content() -> None:
 def test_custom_and_computer_calls_need_outputs() -> None:
     custom = {"type": "custom_tool_call", "call_id": "k", "name": "grep", "input": "a|b"}
     action = {"type": "click", "button": "left", "x": 1, "y": 2}
-    computer = {"type": "computer_call", "id": "cu_1", "call_id": "cc", "action": action,
-                "pending_safety_checks": [], "status": "completed"}  # fmt: skip
-    shot = {"type": "computer_call_output", "call_id": "cc",
-            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA"}}  # fmt: skip
+    computer = {
+        "type": "computer_call",
+        "id": "cu_1",
+        "call_id": "cc",
+        "action": action,
+        "pending_safety_checks": [],
+        "status": "completed",
+    }
+    shot = {
+        "type": "computer_call_output",
+        "call_id": "cc",
+        "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA"},
+    }
     c, k_out, cc, shot_t = _batch(
         custom,
         {"type": "custom_tool_call_output", "call_id": "k", "output": "2 hits"},
@@ -304,8 +322,12 @@ def test_custom_and_computer_calls_need_outputs() -> None:
 
 
 def test_hosted_calls_and_unknown_items_are_kept() -> None:
-    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-              "action": {"type": "search", "query": "pg"}}  # fmt: skip
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "pg"},
+    }
     unknown = {"type": "future_thing", "id": "ft_1", "blob": "abc"}
     s, u = _batch(search, unknown)
     assert (s.role, s.kind, s.tool_calls, s.item) == ("assistant", "tool_call", None, search)
@@ -325,12 +347,12 @@ def test_a_developer_message_item_and_the_tool_search_output() -> None:
         (
             [{"type": "message", "role": "user", "content": "x"}, {"role": "tool", "content": "x"}],
             "turns[1].role",
-            'Responses-shaped (turns[0] has a "type")',
+            "Responses-shaped (turns[0] is a Responses item)",
         ),
         (
             [{"role": "assistant", "tool_calls": []}, _fc("c")],
             "turns[0].tool_calls",
-            'Responses-shaped (turns[1] has a "type")',
+            "Responses-shaped (turns[1] is a Responses item)",
         ),
         (
             [_fc("c"), {"role": "tool", "tool_call_id": "c", "content": "x"}],
@@ -380,7 +402,7 @@ def test_a_developer_message_item_and_the_tool_search_output() -> None:
         ([_reasoning("x" * 47)], "turns[0].summary", "has 47 characters"),
         ([{"type": "message", "role": "user", "content": [IMAGE] * 7}], "turns[0].content", "49"),
         ([{"type": "future", "blob": "x" * 40}], "turns[0]", "more than the namespace limit"),
-    ],  # fmt: skip
+    ],
 )
 def test_responses_refusals_name_the_element_and_field(
     raw: list[Any], field: str, problem: str
@@ -483,8 +505,14 @@ def test_hosted_calls_need_no_output() -> None:
 
 def test_custom_and_computer_outputs_answer_by_call_id() -> None:
     custom = {"type": "custom_tool_call", "call_id": "k", "name": "g", "input": ""}
-    computer = {"type": "computer_call", "id": "cu", "call_id": "cc", "action": {"type": "wait"},
-                "pending_safety_checks": [], "status": "completed"}  # fmt: skip
+    computer = {
+        "type": "computer_call",
+        "id": "cu",
+        "call_id": "cc",
+        "action": {"type": "wait"},
+        "pending_safety_checks": [],
+        "status": "completed",
+    }
     assert _protocol(custom, computer) == ["k", "cc"]
     shot = {
         "type": "computer_call_output",
@@ -539,9 +567,14 @@ def test_items_between_open_calls_stay_in_their_round() -> None:
 
 
 def test_a_message_after_the_outputs_starts_a_round() -> None:
-    assert _rounds(_fc("a"), _out("a"), _said("assistant", "x"), {"role": "user", "content": "y"}) == [
-        1, 1, 3, 4,
-    ]  # fmt: skip
+    assert _rounds(
+        _fc("a"), _out("a"), _said("assistant", "x"), {"role": "user", "content": "y"}
+    ) == [
+        1,
+        1,
+        3,
+        4,
+    ]
 
 
 def test_hosted_calls_of_one_response_form_one_round() -> None:
