@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aidb_memory_server.errors import invalid
+from aidb_memory_server.items import chat_message
 from aidb_memory_server.validation import CONFIG_DEFAULTS, json_type, parse_json
 
 ROLES = ("user", "assistant", "system", "developer", "tool")
@@ -491,16 +492,20 @@ def validate_turn(fn: str, i: int, raw: Any, limits: Limits) -> Turn:
             hint="raise config.max_turn_chars with namespace_update",
         )
     turn = Turn(role, content, kind, name, tool_calls, tool_call_id, meta, chars, sequence_id)
+    if _PLAIN_KEYS.issuperset(raw) and role in _PLAIN_ROLES and isinstance(raw["content"], str):
+        return turn  # the common case, which the columns always give back
     message = _without_own_keys(raw)
     if role == "developer" or not _reproduces(turn, message):
         turn.item = message
     return turn
 
 
+_PLAIN_KEYS = frozenset(("role", "content", "kind", "meta"))
+_PLAIN_ROLES = ("user", "assistant", "system")
+
+
 def _reproduces(turn: Turn, message: dict[str, Any]) -> bool:
     """Whether the columns alone give ``message`` back (as session_messages renders them)."""
-    from aidb_memory_server.items import chat_message  # items imports nothing of ours
-
     row = {
         "role": turn.role,
         "content": turn.content,

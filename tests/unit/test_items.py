@@ -620,9 +620,7 @@ def test_prompt_text_never_contains_encrypted_content_or_image_data(batch: list[
                 part["image_url"] = "data:image/png;base64," + B64
             if part.get("type") == "image_url":
                 part["image_url"]["url"] = "data:image/png;base64," + B64
-    shape, _ = turns.batch_shape(batch)
     rows = [row_of(turns.validate_batch("add", [e], LIMITS)[0]) for e in batch]
-    del shape
     for row in rows:
         text = items.prompt_text(row)
         assert ENCRYPTED not in text and B64 not in text
