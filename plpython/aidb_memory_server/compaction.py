@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aidb_memory_server import items
+
 SHARE_NUM, SHARE_DEN = 3, 4  # the oldest three quarters of the unsummarized chars
 TARGET_DIVISOR = 4  # a summary is at most a quarter of limit_chars
 
@@ -45,6 +47,28 @@ class Source:
     name: str | None = None
     tool_calls: Sequence[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    # The stored provider item (turn.item) and its shape: when there is an item, the model is
+    # shown items.prompt_text of it (text, tool calls and outputs, non-text parts by type,
+    # never base64 payloads nor encrypted reasoning).
+    item: dict[str, Any] | None = None
+    shape: str = "chat"
+
+    def text(self) -> str:
+        """The turn's text as the summarizer reads it (its calls on lines of their own for an
+        item-less turn, as before)."""
+        if self.item is None:
+            return self.content or ""
+        return items.prompt_text(
+            {
+                "role": self.role,
+                "content": self.content,
+                "name": self.name,
+                "tool_calls": self.tool_calls,
+                "tool_call_id": self.tool_call_id,
+                "item": self.item,
+                "shape": self.shape,
+            }
+        )
 
 
 def target_chars(limit_chars: int) -> int:
@@ -143,6 +167,9 @@ def transcript(turns: Sequence[Source]) -> str:
         who = t.role if not t.name else f"{t.role} ({t.name})"
         if t.role == "tool":
             who = f"tool result for {t.tool_call_id}"
+        if t.item is not None:
+            lines.append(f"[{t.seq}] {who}: {t.text()}".rstrip())
+            continue
         text = t.content or ""
         lines.append(f"[{t.seq}] {who}: {text}".rstrip())
         for call in t.tool_calls or ():
@@ -187,6 +214,9 @@ def extractive_sources(turns: Sequence[Source]) -> list[dict[str, str]]:
     call's name and arguments standing in for an empty assistant message."""
     out: list[dict[str, str]] = []
     for t in turns:
+        if t.item is not None:
+            out.append({"role": t.role, "content": " ".join(t.text().split("\n")).strip()})
+            continue
         text = t.content or ""
         for call in t.tool_calls or ():
             fn = call.get("function") or {}
