@@ -146,13 +146,17 @@ BEGIN
                        || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
                                                                'tool_call_id', m.tool_call_id,
                                                                'name', m.name))
+                       -- The caller's own object, as it came (not through jsonb_strip_nulls).
+                       || CASE WHEN m.item IS NOT NULL
+                               THEN jsonb_build_object('item', m.item, 'format', m.item_format)
+                               ELSE '{}'::jsonb END
                        ORDER BY m.seq) AS items,
                    sum(m.chars) AS chars
             FROM (
                 SELECT f.*, min(CASE WHEN f.seq = f.round_floor THEN f.seq END) OVER () AS cut
                 FROM (
                     SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
-                           t.tool_call_id, t.name, t.chars,
+                           t.tool_call_id, t.name, t.chars, t.item, t.item_format,
                            min(t.round_start) OVER (ORDER BY t.seq DESC) AS round_floor
                     FROM aidb_memory.turn AS t
                     WHERE t.session_ref = p.session_ref
@@ -241,13 +245,26 @@ COMMENT ON FUNCTION aidb_memory.session_get(text, text, text, integer, text, int
 'Returns items, overflow_chars (history left out), compacted_entries, warnings. Another actor''s '
 'session reads as empty. Errors: 22004, 22023 bad budget, 42704, 42501.';
 
+CREATE OR REPLACE FUNCTION aidb_memory.session_convert(items jsonb, format text)
+RETURNS jsonb
+LANGUAGE plpython3u IMMUTABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ sessions.session_convert $py$;
+COMMENT ON FUNCTION aidb_memory.session_convert(jsonb, text) IS
+'Internal (called by session_messages): a read''s items as Chat Completions messages (format chat) '
+'or a Responses API input list (format responses), converting turns stored in the other shape.';
+
 CREATE OR REPLACE FUNCTION aidb_memory.session_messages(
     namespace text,
     actor_id text,
     session_id text,
     limit_chars integer DEFAULT NULL,
     fallback_model text DEFAULT NULL,
-    limit_turns integer DEFAULT NULL
+    limit_turns integer DEFAULT NULL,
+    format text DEFAULT 'chat'
 )
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -257,11 +274,25 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 DECLARE
+    history jsonb;
     state text;
     message text;
     detail text;
     hint text;
 BEGIN
+    -- Refused before the read: a compacting read would pay a model call first.
+    IF format IS NULL OR format NOT IN ('chat', 'responses') THEN
+        RAISE EXCEPTION 'format must be chat or responses'
+            USING ERRCODE = '22023',
+                  HINT = 'chat: Chat Completions messages; responses: a Responses API input list';
+    END IF;
+    SELECT s.items INTO history
+    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_messages') AS s;
+    IF format = 'responses'
+       OR EXISTS (SELECT FROM jsonb_array_elements(history) AS e(item) WHERE e.item ? 'item') THEN
+        RETURN aidb_memory.session_convert(history, format);
+    END IF;
+    -- Chat turns as they have always been rendered (items.chat_message), without entering Python.
     RETURN (SELECT coalesce(jsonb_agg(
         CASE
             WHEN e.item->>'kind' = 'summary' THEN
@@ -277,8 +308,7 @@ BEGIN
                 jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
                 || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
         END ORDER BY e.ord), '[]'::jsonb)
-    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_messages') AS s,
-         jsonb_array_elements(s.items) WITH ORDINALITY AS e(item, ord));
+    FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord));
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- As in session_get: one CONTEXT line instead of our internal queries.
     GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
@@ -296,10 +326,12 @@ EXCEPTION WHEN OTHERS OR query_canceled THEN
     RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer) IS
-'The same history as session_get, as an OpenAI chat messages array ready for '
-'chat.completions.create: summaries as system messages, tool calls and tool results in OpenAI''s '
-'format. Same parameters and errors as session_get.';
+COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer, text) IS
+'The same history as session_get, ready for a model: format chat (the default) gives OpenAI chat '
+'messages for chat.completions.create (summaries as system messages, tool calls and results in '
+'OpenAI''s format); format responses gives a Responses API input list for responses.create. '
+'Turns stored in either shape come out in the one asked for. Same parameters and errors as '
+'session_get, and 22023 for another format.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_end(
     namespace text,

@@ -17,7 +17,7 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.session_start(text, text, text, text),
     aidb_memory.add(text, text, jsonb, text, text, text),
     aidb_memory.session_get(text, text, text, integer, text, integer),
-    aidb_memory.session_messages(text, text, text, integer, text, integer),
+    aidb_memory.session_messages(text, text, text, integer, text, integer, text),
     aidb_memory.session_end(text, text, text, text),
     aidb_memory.session_pop(text, text, text),
     aidb_memory.session_list(text, text, text, boolean, integer),

@@ -104,7 +104,7 @@ _NEXT_OFFSET = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 
 # The turns to summarize when they fit in the input cap.
 _SOURCES = """
 SELECT seq, role, content, name, tool_calls::text AS tool_calls, tool_call_id, char_offset, chars,
-       xmin::text AS version
+       xmin::text AS version, item::text AS item, item_format
 FROM aidb_memory.turn
 WHERE session_ref = $1 AND seq > $2 AND seq <= $3
 ORDER BY seq
@@ -128,6 +128,9 @@ WITH r AS (
 SELECT t.seq, t.role, t.name, t.tool_call_id, t.char_offset, t.chars, t.xmin::text AS version,
        CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.tool_calls::text END
            AS tool_calls,
+       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.item::text END
+           AS item,
+       t.item_format,
        CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.content
             WHEN t.char_offset < $4 AND t.char_offset + t.chars > $5
                 THEN pg_catalog.left(t.content, ($4 - t.char_offset)::int) || ' […] '
@@ -294,6 +297,8 @@ def _compact(
             r["name"],
             compaction.tool_calls(r["tool_calls"]),
             r["tool_call_id"],
+            None if r["item"] is None else json.loads(r["item"]),
+            r["item_format"] or "chat",
         )
         for r in rows
     ]

@@ -31,6 +31,7 @@ from aidb_memory_server import (
     llm,
     reconciliation,
     sessions,
+    turns,
     validation,
 )
 from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid, required
@@ -69,7 +70,7 @@ WHERE e.id = $1 AND e.status = 'processing'
 FOR UPDATE OF e
 """
 _TURNS = """
-SELECT role, content, tool_calls::text AS tool_calls FROM aidb_memory.turn
+SELECT role, content FROM aidb_memory.turn
 WHERE event_ref = $1 ORDER BY session_ref, seq
 """
 _DONE = """
@@ -174,13 +175,13 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
         return _finish(
             event_id, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
         )
-    turns, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
-    if not turns:
+    said, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
+    if not said:
         return _finish(event_id, "processed", reconciliation.EMPTY_RESULT)
-    existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], turns)
+    existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], said)
     refs = {f"m{i + 1}": m for i, m in enumerate(existing)}
     messages = extraction.prompt(
-        turns,
+        said,
         [extraction.Existing(ref, m.content) for ref, m in refs.items()],
         _today(),
         left_out,
@@ -229,21 +230,21 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
     return _finish(event_id, "processed", summary)
 
 
+# An event without a session keeps its said as sent (chat messages or Responses items, which
+# add validated under the namespace's limits): these limits only let them through again, to
+# get each one's role and text (turns.Turn.content, the text projection).
+_NO_LIMITS = turns.Limits(10**9, 10**9, 10**9, 10**12)
+
+
 def _turns(event: Any) -> list[extraction.Turn]:
     if event["turns"] is not None:
-        raw = json.loads(event["turns"])
+        batch = turns.validate_batch("add", json.loads(event["turns"]), _NO_LIMITS)
+        said = [(t.role, t.content) for t in batch]
     else:
-        raw = [
-            {"role": r["role"], "content": r["content"], "tool_calls": r["tool_calls"]}
-            for r in db.execute(_TURNS, ("bigint",), (int(event["id"]),))
-        ]
-    out = []
-    for t in raw:
-        content = t.get("content") or ""
-        if not content.strip():
-            continue  # a tool call without text says nothing about the user
-        out.append(extraction.Turn(t.get("role", "user"), content))
-    return out
+        rows = db.execute(_TURNS, ("bigint",), (int(event["id"]),))
+        said = [(r["role"], r["content"]) for r in rows]
+    # A tool call without text says nothing about the user.
+    return [extraction.Turn(role, text) for role, text in said if text and text.strip()]
 
 
 def _today() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aidb_memory_server import budget, compaction, db, turns, validation
+from aidb_memory_server import budget, compaction, db, items, turns, validation
 from aidb_memory_server.errors import (
     INSUFFICIENT_PRIVILEGE,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -48,6 +48,7 @@ class Namespace:
             c["max_turns_per_add"],
             c["max_identifier_chars"],
             c["max_add_chars"],
+            c["non_text_part_chars"],
         )
 
 
@@ -213,7 +214,7 @@ WHERE namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
 _LOCK_FOR_ADD = f"""
 SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
-       s.tail_sequence_id, s.tail_round_start, s.open_calls,
+       s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
@@ -247,19 +248,21 @@ WITH e AS (
 ), t AS (
     INSERT INTO aidb_memory.turn
         (session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
-         tool_calls, tool_call_id, meta, event_ref)
+         tool_calls, tool_call_id, meta, item, item_format, event_ref)
     SELECT $10, $11 + u.o - 1, u.round_start, u.char_offset, u.chars, u.role, u.content, u.kind,
-           u.name, u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, e.id
+           u.name, u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, u.item::jsonb,
+           u.item_format, e.id
     FROM e, unnest($12::bigint[], $13::bigint[], $14::int[], $15::text[], $16::text[], $17::text[],
-                   $18::text[], $19::text[], $20::text[], $21::text[])
+                   $18::text[], $19::text[], $20::text[], $21::text[], $27::text[], $28::text[])
          WITH ORDINALITY AS u(round_start, char_offset, chars, role, content, kind, name,
-                              tool_calls, tool_call_id, meta, o)
+                              tool_calls, tool_call_id, meta, item, item_format, o)
     WHERE $10 IS NOT NULL
 ), s AS (
     UPDATE aidb_memory.session
     SET next_seq = next_seq + $8, total_chars = total_chars + $26, updated_at = now(),
         tail_sequence_id = $22, tail_round_start = $23, open_calls = $24,
-        last_user_seq = coalesce($25, last_user_seq)
+        last_user_seq = coalesce($25, last_user_seq), tail_joinable = $29,
+        tail_item_type = $30
     WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
 )
 -- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
@@ -272,8 +275,10 @@ _STORE_TYPES = (
     *("bigint", "bigint", "bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 7,
     *("text", "bigint", "text[]", "bigint", "bigint"),
+    *("text[]", "text[]", "boolean", "text"),
 )
 _NO_TURNS: tuple[Any, ...] = ([],) * 10
+_NO_ITEMS: tuple[Any, ...] = ([], [], False, None)
 
 
 def _event_status(ns: Namespace) -> str:
@@ -385,6 +390,7 @@ def add(
                 [],
                 None,
                 0,
+                *_NO_ITEMS,
             ),
         )
         if stored.nrows():
@@ -398,12 +404,16 @@ def add(
             hint="session_end closed it; start a new session for new turns",
         )
     tail = turns.Tail(
-        row["tail_sequence_id"], row["tail_round_start"], list(row["open_calls"] or ())
+        row["tail_sequence_id"],
+        row["tail_round_start"],
+        list(row["open_calls"] or ()),
+        bool(row["tail_joinable"]),
+        row["tail_item_type"],
     )
-    open_after = turns.check_protocol(fn, checked, tail)
     first_seq = int(row["next_seq"])
     sequence_ids = turns.effective_sequence_ids(checked, tail)
     starts = turns.place_in_rounds(checked, first_seq, tail, sequence_ids)
+    after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
     offsets, running = [], int(row["total_chars"])
     last_user = None
     for i, t in enumerate(checked):
@@ -436,11 +446,15 @@ def add(
             [json.dumps(t.tool_calls) if t.tool_calls else None for t in checked],
             [t.tool_call_id for t in checked],
             [json.dumps(t.meta) if t.meta else "{}" for t in checked],
-            sequence_ids[-1],
-            starts[-1],
-            open_after,
+            after.sequence_id,
+            after.round_start,
+            after.open_calls,
             last_user,
             running - int(row["total_chars"]),
+            [None if t.item is None else json.dumps(t.item) for t in checked],
+            [None if t.item is None else t.shape for t in checked],
+            after.joinable,
+            after.last_type,
         ),
     )
     if stored.nrows():
@@ -455,7 +469,7 @@ def _one(rows: Any) -> Any:
 def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any], list[turns.Turn]]:
     limits = ns.limits()
     raw = turns.parse_turns(fn, turns_json, limits)
-    return raw, [turns.validate_turn(fn, i, t, limits) for i, t in enumerate(raw)]
+    return raw, turns.validate_batch(fn, raw, limits)
 
 
 # --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
@@ -652,7 +666,10 @@ RETURNING t.chars, t.role,
                         'meta', t.meta, 'created_at', t.created_at)
      || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
                                              'tool_call_id', t.tool_call_id,
-                                             'name', t.name)))::text AS item
+                                             'name', t.name))
+     || CASE WHEN t.item IS NOT NULL
+             THEN jsonb_build_object('item', t.item, 'format', t.item_format)
+             ELSE '{}'::jsonb END)::text AS item
 """
 # The session's compaction lock row (migration 0007_locks), waiting for a compaction in flight.
 # Taken before the session row: the compaction holding it needs that row (FOR KEY SHARE, for its
@@ -685,37 +702,51 @@ SELECT t.round_start,
 FROM aidb_memory.turn t
 WHERE t.session_ref = $1 AND t.seq = $2
 """
-_LAST_CALL = """
-SELECT seq, tool_calls::text AS tool_calls FROM aidb_memory.turn
-WHERE session_ref = $1 AND seq >= $2 AND tool_calls IS NOT NULL
-ORDER BY seq DESC LIMIT 1
-"""
-_ANSWERED = """
-SELECT tool_call_id FROM aidb_memory.turn WHERE session_ref = $1 AND seq > $2 AND role = 'tool'
+# The newest round, replayed through the tool-call protocol to find what it leaves open.
+_ROUND = """
+SELECT role, content, kind, name, tool_calls::text AS tool_calls, tool_call_id,
+       item::text AS item, item_format
+FROM aidb_memory.turn WHERE session_ref = $1 AND seq >= $2 AND seq <= $3
+ORDER BY seq
 """
 _LAST_USER = "SELECT max(seq) AS seq FROM aidb_memory.turn WHERE session_ref = $1 AND role = 'user'"
 _SET_TAIL = """
 UPDATE aidb_memory.session
 SET next_seq = $2, total_chars = total_chars - $3, tail_sequence_id = $4, tail_round_start = $5,
-    open_calls = $6, last_user_seq = $7, updated_at = now()
+    open_calls = $6, last_user_seq = $7, tail_joinable = $8, tail_item_type = $9,
+    updated_at = now()
 WHERE id = $1
 """
 
 
-def _tail_after_pop(ref: int, last: int) -> tuple[str | None, int | None, list[str]]:
+def _tail_after_pop(ref: int, last: int) -> turns.Tail:
+    """The session's tail once ``last`` is its newest turn: its round replayed through the
+    protocol (a round starts where no call is open, so it replays from an empty tail)."""
     if last < 1:
-        return None, None, []
+        return turns.Tail()
     tail = db.execute(_TAIL_TURN, ("bigint", "bigint"), (ref, last))[0]
     round_start = int(tail["round_start"])
-    call = db.execute(_LAST_CALL, ("bigint", "bigint"), (ref, round_start))
-    open_calls: list[str] = []
-    if call.nrows():
-        answered = {
-            r["tool_call_id"]
-            for r in db.execute(_ANSWERED, ("bigint", "bigint"), (ref, call[0]["seq"]))
-        }
-        open_calls = [c["id"] for c in json.loads(call[0]["tool_calls"]) if c["id"] not in answered]
-    return tail["sequence_id"], round_start, open_calls
+    batch = [
+        turns.Turn(
+            r["role"],
+            r["content"],
+            r["kind"],
+            r["name"],
+            None if r["tool_calls"] is None else json.loads(r["tool_calls"]),
+            r["tool_call_id"],
+            {},
+            0,
+            None,
+            None if r["item"] is None else json.loads(r["item"]),
+            r["item_format"] or "chat",
+        )
+        for r in db.execute(_ROUND, ("bigint", "bigint", "bigint"), (ref, round_start, last))
+    ]
+    sequence_ids = [tail["sequence_id"]] * len(batch)
+    after = turns.next_tail("session_pop", batch, turns.Tail(), sequence_ids, [round_start])
+    return turns.Tail(
+        tail["sequence_id"], round_start, after.open_calls, after.joinable, after.last_type
+    )
 
 
 def session_pop(
@@ -747,7 +778,8 @@ def session_pop(
         )
     ref, seq = int(s["id"]), int(s["next_seq"]) - 1
     popped = db.execute(_POP, ("bigint", "bigint"), (ref, seq))[0]
-    sequence_id, round_start, open_calls = _tail_after_pop(ref, seq - 1)
+    after = _tail_after_pop(ref, seq - 1)
+    round_start = after.round_start
     # A summary never covers the newest round, which the next add may extend: one that covers
     # the popped turn or the round that is now the newest goes.
     drop_from = seq if round_start is None else min(seq, round_start)
@@ -757,8 +789,18 @@ def session_pop(
         last_user = db.execute(_LAST_USER, ("bigint",), (ref,))[0]["seq"]
     db.execute(
         _SET_TAIL,
-        ("bigint", "bigint", "bigint", "text", "bigint", "text[]", "bigint"),
-        (ref, seq, popped["chars"], sequence_id, round_start, open_calls, last_user),
+        ("bigint", "bigint", "bigint", "text", "bigint", "text[]", "bigint", "boolean", "text"),
+        (
+            ref,
+            seq,
+            popped["chars"],
+            after.sequence_id,
+            round_start,
+            after.open_calls,
+            last_user,
+            after.joinable,
+            after.last_type,
+        ),
     )
     return str(popped["item"])
 
@@ -847,3 +889,26 @@ def session_delete(
         (ns.id, actor, sid, ns.name, subject_hash(ns.name, actor, sid), reason),
     )
     return int(rows[0]["turns"])
+
+
+# --- session_messages' conversions ---------------------------------------------------------------
+
+
+def session_convert(items_json: str | None, format_name: str | None) -> str:
+    """A read's items (session_history's rows) in ``format_name``: chat messages or a Responses
+    input list (``items.to_chat`` / ``items.to_responses``). The rows come from our own query."""
+    rows = [
+        {
+            "role": r.get("role"),
+            "content": r.get("content"),
+            "kind": r.get("kind"),
+            "name": r.get("name"),
+            "tool_calls": r.get("tool_calls"),
+            "tool_call_id": r.get("tool_call_id"),
+            "item": r.get("item"),
+            "shape": r.get("format") or "chat",
+        }
+        for r in json.loads(items_json or "[]")
+    ]
+    converted = items.to_responses(rows) if format_name == "responses" else items.to_chat(rows)
+    return json.dumps(converted, ensure_ascii=False)

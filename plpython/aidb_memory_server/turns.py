@@ -87,7 +87,6 @@ DEFAULT_KIND = {
     "system": "system",
     "developer": "developer",
 }
-NON_TEXT_PART_CHARS = 1000
 SHAPES = ("chat", "responses")
 
 # Responses items that need an output from the caller, and the output type that answers each.
@@ -134,7 +133,7 @@ class Limits:
     max_turns_per_add: int
     max_identifier_chars: int
     max_add_chars: int = CONFIG_DEFAULTS["max_add_chars"]
-    non_text_part_chars: int = CONFIG_DEFAULTS.get("non_text_part_chars", NON_TEXT_PART_CHARS)
+    non_text_part_chars: int = CONFIG_DEFAULTS["non_text_part_chars"]
 
 
 @dataclass

@@ -31,6 +31,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "search_max_query_nodes": 64,
     "search_max_ranked": 2_000,
     "extraction_max_input_chars": 200_000,
+    # What an image, file or audio part of a turn counts against a read's budget (issue 11).
+    "non_text_part_chars": 1_000,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -47,6 +49,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "search_max_query_nodes": (1, 100_000),
     "search_max_ranked": (10, 1_000_000),
     "extraction_max_input_chars": (1_000, 10_000_000),
+    "non_text_part_chars": (0, 1_000_000),
 }
 
 

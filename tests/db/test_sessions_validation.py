@@ -136,7 +136,12 @@ SHAPE_CASES: list[tuple[str, list[Any], str, str]] = [
         "is required",
     ),
     ("content a number", [_user(5)], "turns[0].content", "must be a string"),
-    ("content an array", [_user([{"type": "text"}])], "turns[0].content", "must be a string"),
+    (
+        "content part without text",
+        [_user([{"type": "text"}])],
+        "turns[0].content[0].text",
+        "must be a string",
+    ),
     (
         "tool_calls on user",
         [_user(tool_calls=[_call()])],
@@ -487,6 +492,10 @@ def test_accepted_edge_shapes_are_stored_as_sent(
             "meta": {},
             "tool_call_id": "a",
             "name": "f",
+            # A tool message's name is not in what session_messages renders from the columns:
+            # the message is kept as it came (issue 11).
+            "item": batch[2],
+            "format": "chat",
         },
         {
             "seq": 4,
@@ -497,6 +506,9 @@ def test_accepted_edge_shapes_are_stored_as_sent(
             "tool_calls": [
                 {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}}
             ],
+            # The call as sent, without its defaults (type, arguments).
+            "item": batch[3],
+            "format": "chat",
         },
         {
             "seq": 5,

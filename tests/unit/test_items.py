@@ -8,7 +8,7 @@ import copy
 import json
 from typing import Any
 
-import pytest
+from agents.models.chatcmpl_converter import Converter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -325,8 +325,7 @@ def test_responses_to_stored_to_responses_is_identity(batch: list[dict[str, Any]
 @settings(max_examples=400, deadline=None)
 @given(st.lists(sdk_item, min_size=1, max_size=8))
 def test_responses_to_chat_matches_the_agents_sdk(batch: list[dict[str, Any]]) -> None:
-    converter = pytest.importorskip("agents.models.chatcmpl_converter").Converter
-    expected = _plain(converter.items_to_messages(copy.deepcopy(batch)))
+    expected = _plain(Converter.items_to_messages(copy.deepcopy(batch)))
     assert items.to_chat(stored(batch)) == expected
 
 
