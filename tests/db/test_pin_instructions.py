@@ -194,7 +194,7 @@ def test_config_off_reads_as_before(
 
 
 def test_the_config_key_is_validated(db: Database) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="config.pin_instructions"):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"config\.pin_instructions"):
         _namespace(db, pin_instructions="yes")
 
 
