@@ -9,12 +9,15 @@ after it belongs to a round that starts before it; when the kept items start ins
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import APP_USER, Database
 
@@ -198,3 +201,69 @@ def test_pending_tool_calls_and_unknown_sessions(app: psycopg.Connection[Any]) -
     _add(app, _chat(2))
     _add(app, [{"role": "assistant", "content": None, "tool_calls": [_call("p")]}])
     assert _get(app, limit_items=5)[:2] == ([1, 2], ["tool_results_pending"])
+
+
+# --- the rule against a brute force, on random sessions ------------------------------------------
+
+_calls = itertools.count()
+
+
+@st.composite
+def _rounds(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Random protocol-valid turns: plain turns, parallel tool calls, sequence_id groups."""
+    turns: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 8))):
+        meta = draw(st.sampled_from([None, None, "a", "b"]))
+        extra = {} if meta is None else {"meta": {"sequence_id": meta}}
+        kind = draw(st.sampled_from(["user", "assistant", "system", "tools"]))
+        if kind != "tools":
+            turns.append({"role": kind, "content": "x" * draw(st.integers(1, 30)), **extra})
+            continue
+        ids = [f"c{next(_calls)}" for _ in range(draw(st.integers(1, 3)))]
+        turns.append(
+            {"role": "assistant", "content": None, "tool_calls": [_call(i) for i in ids], **extra}
+        )
+        for i in draw(st.permutations(ids)):
+            turns.append(
+                {"role": "tool", "tool_call_id": i, "content": "r" * draw(st.integers(0, 9)) or "r"}
+            )
+    return turns
+
+
+def _brute_force(rows: list[tuple[int, int, str]], n: int) -> tuple[list[int], bool]:
+    """The oldest cut among the newest ``n`` turns before which no later tool result belongs to
+    a round that starts earlier; whether the kept turns start inside a round (or none is kept
+    though there were some)."""
+    for start in range(max(0, len(rows) - n), len(rows)):
+        seq = rows[start][0]
+        if all(rs >= seq for s, rs, role in rows[start:] if role == "tool"):
+            return [r[0] for r in rows[start:]], rows[start][1] != seq
+    return [], bool(rows)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(turns=_rounds(), data=st.data())
+def test_limit_items_matches_the_rule_on_random_sessions(
+    db: Database, app: psycopg.Connection[Any], turns: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    session = f"p{next(_calls)}"
+    _add(app, turns, session)
+    rows = [
+        (int(seq), int(rs), role)
+        for seq, rs, role in db.sql(
+            "SELECT t.seq, t.round_start, t.role FROM aidb_memory.turn t "
+            "JOIN aidb_memory.session s ON s.id = t.session_ref WHERE s.session_id = %s "
+            "ORDER BY t.seq",
+            (session,),
+        )
+    ]
+    n = data.draw(st.integers(1, len(rows) + 1))
+    seqs, warnings, _ = _get(app, session, limit_items=n)
+    expected, split = _brute_force(rows, n)
+    assert seqs == expected
+    assert len(seqs) <= n
+    assert warnings == (["limit_items_round_split"] if split else [])
