@@ -68,9 +68,10 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     OUT warnings text[],
     OUT compact boolean,
     OUT pin_seq bigint,
+    OUT pinned jsonb,
     OUT summary_slots bigint,
     OUT by_items boolean,
-    OUT check_newest boolean
+    OUT empty_warning text
 )
 -- STABLE: its queries run in the snapshot of the statement that calls it (session_history's
 -- window), so that the bounds and the turns they select are the same state of the session. A
@@ -147,34 +148,18 @@ BEGIN
         -- unsummarized turn fits: the newest ones that fit in the budget left. When the plan
         -- asks for compaction, the first pass returns no row and reads nothing but the plan.
         RETURN QUERY
-        SELECT coalesce(pn.items, '[]'::jsonb) || coalesce(sm.items, '[]'::jsonb)
-                   || coalesce(w.items, '[]'::jsonb),
-               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
-                   - coalesce(pn.chars, 0),
+        SELECT coalesce(p.pinned, '[]'::jsonb)
+               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb),
+               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0),
                coalesce(sm.turns, 0)::integer,
                p.warnings || extra
                || CASE
-                      WHEN w.items IS NULL AND p.check_newest
-                           AND NOT 'newest_round_over_budget' = ANY (extra) THEN
-                          CASE WHEN p.by_items AND w.scanned > 0
-                               THEN '{limit_items_round_split}'::text[]
-                               ELSE '{newest_round_over_budget}'::text[] END
+                      -- Nothing kept of turns there were to return: the plan says why.
+                      WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
+                           AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
                       WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
                   END
         FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, $8) AS p
-        LEFT JOIN LATERAL (
-            SELECT jsonb_agg(
-                       jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content,
-                                          'kind', t.kind, 'meta', t.meta,
-                                          'created_at', t.created_at)
-                       || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
-                                                               'tool_call_id', t.tool_call_id,
-                                                               'name', t.name))
-                       ORDER BY t.seq) AS items,
-                   sum(t.chars) AS chars
-            FROM aidb_memory.turn AS t
-            WHERE p.pin_seq > 0 AND t.session_ref = p.session_ref AND t.seq <= p.pin_seq
-        ) AS pn ON true
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
                        jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
@@ -183,27 +168,29 @@ BEGIN
                        || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
                                                                'tool_call_id', m.tool_call_id,
                                                                'name', m.name))
-                       ORDER BY m.seq) FILTER (WHERE m.seq >= m.cut) AS items,
-                   sum(m.chars) FILTER (WHERE m.seq >= m.cut) AS chars,
-                   count(*) AS scanned,
+                       ORDER BY m.seq) AS items,
+                   sum(m.chars) AS chars,
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
-                   -- items start inside a round when the first one does not start it.
-                   bool_or(m.seq = m.cut AND m.rs <> m.seq) AS split
+                   -- turns start inside a round when the first one does not start it (the
+                   -- first turn after pinned instructions always starts one).
+                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > p.pin_seq + 1)
+                       AS split
             FROM (
-                SELECT f.*, min(CASE WHEN f.seq = f.floor THEN f.seq END) OVER () AS cut
+                SELECT f.*,
+                       min(CASE WHEN f.seq = greatest(f.floor, p.pin_seq + 1) THEN f.seq END)
+                           OVER () AS cut
                 FROM (
                     SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
-                           t.tool_call_id, t.name, t.chars,
-                           greatest(t.round_start, p.pin_seq + 1) AS rs,
+                           t.tool_call_id, t.name, t.chars, t.round_start,
                            min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
-                                    ELSE greatest(t.round_start, p.pin_seq + 1) END)
-                               OVER (ORDER BY t.seq DESC) AS floor
+                                    ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
                     WHERE t.session_ref = p.session_ref
                       AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
                       AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
                 ) AS f
             ) AS m
+            WHERE m.seq >= m.cut
         ) AS w ON true
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(

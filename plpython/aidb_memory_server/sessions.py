@@ -491,6 +491,17 @@ LEFT JOIN LATERAL (
 WHERE n.name = $1
 """
 _OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+# The pinned instructions as items, only on a read that pins them (the window query carries no
+# subquery for them: an unused one still costs its executor setup on every read).
+_PINNED = """
+SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content,
+                                    'kind', t.kind, 'meta', t.meta, 'created_at', t.created_at)
+                 || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
+                                                         'tool_call_id', t.tool_call_id,
+                                                         'name', t.name))
+                 ORDER BY t.seq)::text AS items
+FROM aidb_memory.turn AS t WHERE t.session_ref = $1 AND t.seq <= $2
+"""
 _NO_SESSION: dict[str, Any] = {
     "session_ref": None,
     "lo_offset": 0,
@@ -502,9 +513,10 @@ _NO_SESSION: dict[str, Any] = {
     "warnings": [],
     "compact": False,
     "pin_seq": 0,
+    "pinned": None,
     "summary_slots": None,
     "by_items": False,
-    "check_newest": False,
+    "empty_warning": None,
 }
 
 
@@ -540,10 +552,12 @@ def session_read_plan(
     name.
 
     Pinned instructions (config ``pin_instructions``, budgeted reads only): the session's leading
-    system/developer turns, seqs 1..``pin_seq``, come first; every budget is what is left after
-    them, and the window and summaries only cover the turns after them. ``check_newest``: the
-    read has unsummarized turns to return, so an empty window means that the newest round alone
-    is over budget (the SQL adds the warning).
+    system/developer turns, seqs 1..``pin_seq``, come first (``pinned``, their items); every
+    budget is what is left after them, and the window and summaries only cover the turns after
+    them. ``empty_warning``: when
+    the read has unsummarized turns to return, the warning that an empty window means
+    (``newest_round_over_budget``, or ``limit_items_round_split`` when the newest turn fits and
+    only the rule of tool results keeps it out); the SQL adds it.
 
     The SQL function is STABLE, so these queries run in the snapshot of the window query that
     calls it: the bounds and the turns they select are one consistent state of the session.
@@ -581,15 +595,19 @@ def session_read_plan(
         "lo_seq": pin_seq + 1,
         "hi_offset": end_offset,
         "hi_seq": end_seq,
-        "readable_chars": end_offset,
+        # The readable chars other than the pinned ones (those are always returned).
+        "readable_chars": end_offset - pin_chars,
         "summary_room": -1,
         "warnings": warnings,
         "compact": False,
         "pin_seq": pin_seq,
+        "pinned": None,
         "summary_slots": None,
         "by_items": limit_items is not None,
-        "check_newest": False,
+        "empty_warning": None,
     }
+    if pin_seq:
+        plan["pinned"] = db.execute(_PINNED, ("bigint", "bigint"), (ref, pin_seq))[0]["items"]
     # What each budget leaves after the pinned turns.
     room_chars = None if limit_chars is None else limit_chars - pin_chars
     room_turns = None if limit_turns is None else limit_turns - pin_seq
@@ -641,13 +659,18 @@ def session_read_plan(
                 plan["summary_slots"] = slots
             else:
                 summary_room = -1
-    plan.update(
-        lo_offset=lo_offset,
-        lo_seq=lo_seq,
-        summary_room=summary_room,
-        compact=compact,
-        check_newest=end_seq > first_unsummarized and "newest_round_over_budget" not in warnings,
-    )
+    if end_seq > first_unsummarized and "newest_round_over_budget" not in warnings:
+        # There are turns to return: if the window keeps none, the newest round alone is over
+        # budget; by items, unless the newest turn is inside the bounds (then only the rule of
+        # tool results keeps it out).
+        empty = "newest_round_over_budget"
+        if room_items is not None and (
+            room_chars is None
+            or (_offset_of(ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
+        ):
+            empty = "limit_items_round_split"
+        plan["empty_warning"] = empty
+    plan.update(lo_offset=lo_offset, lo_seq=lo_seq, summary_room=summary_room, compact=compact)
     return plan
 
 
