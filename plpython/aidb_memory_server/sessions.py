@@ -665,8 +665,7 @@ def session_read_plan(
         # tool results keeps it out).
         empty = "newest_round_over_budget"
         if room_items is not None and (
-            room_chars is None
-            or (_offset_of(ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
+            room_chars is None or (_offset_of(ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
         ):
             empty = "limit_items_round_split"
         plan["empty_warning"] = empty
