@@ -612,7 +612,11 @@ def session_read_plan(
     room_chars = None if limit_chars is None else limit_chars - pin_chars
     room_turns = None if limit_turns is None else limit_turns - pin_seq
     room_items = None if limit_items is None else limit_items - pin_seq
-    if any(r is not None and r <= 0 for r in (room_chars, room_turns, room_items)):
+    if pin_seq and (
+        (room_chars is not None and room_chars <= 0)
+        or (room_turns is not None and room_turns <= 0)
+        or (room_items is not None and room_items <= 0)
+    ):
         # The pinned turns alone fill a budget: they are all the read returns.
         warnings.append("pinned_instructions_over_budget")
         plan["lo_offset"], plan["lo_seq"] = end_offset, end_seq
@@ -646,7 +650,9 @@ def session_read_plan(
                 compact = True
     # limit_turns and limit_items bound the count the same way (one turn, one item); the window
     # cuts them differently (by_items).
-    room_count = min((r for r in (room_turns, room_items) if r is not None), default=None)
+    room_count = room_turns if room_items is None else room_items
+    if room_turns is not None and room_count is not None and room_turns < room_count:
+        room_count = room_turns  # both given: the tighter
     if room_count is not None:
         first = end_seq - room_count
         if first > lo_seq:
