@@ -44,8 +44,11 @@ COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
 'namespace, 42501 actor binding, 55000 closed session or INACTIVE namespace, 23505 key reused '
 'with different turns.';
 
--- The plan's columns changed in 0.2 (summaries): an old signature cannot be replaced in place.
+-- The plan's columns changed in 0.2 (summaries) and with limit_items (issue 11): an old
+-- signature cannot be replaced in place.
 DROP FUNCTION IF EXISTS aidb_memory.session_read_plan(text, text, text, integer, text, integer, text);
+DROP FUNCTION IF EXISTS aidb_memory.session_read_plan(
+    text, text, text, integer, text, integer, integer, text);
 CREATE FUNCTION aidb_memory.session_read_plan(
     namespace text,
     actor_id text,
@@ -53,6 +56,7 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     limit_chars integer,
     fallback_model text,
     limit_turns integer,
+    limit_items integer,
     caller text,
     OUT session_ref bigint,
     OUT lo_offset bigint,
@@ -62,7 +66,12 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     OUT readable_chars bigint,
     OUT summary_room bigint,
     OUT warnings text[],
-    OUT compact boolean
+    OUT compact boolean,
+    OUT pin_seq bigint,
+    OUT pinned jsonb,
+    OUT summary_slots bigint,
+    OUT by_items boolean,
+    OUT empty_warning text
 )
 -- STABLE: its queries run in the snapshot of the statement that calls it (session_history's
 -- window), so that the bounds and the turns they select are the same state of the session. A
@@ -74,10 +83,12 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ sessions.session_read_plan $py$;
-COMMENT ON FUNCTION aidb_memory.session_read_plan(text, text, text, integer, text, integer, text) IS
+COMMENT ON FUNCTION aidb_memory.session_read_plan(
+    text, text, text, integer, text, integer, integer, text) IS
 'Internal (called by session_history): validates a read and returns the bounds, in '
 '(char_offset, seq) order, of the turns it may return, the budget left for summaries, its '
-'warnings and whether it should compact. caller is the API function that error messages name.';
+'warnings, whether it should compact, the pinned instructions (seqs 1..pin_seq) and how the '
+'window cuts. caller is the API function that error messages name.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_compact(
     namespace text,
@@ -109,6 +120,7 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_history(
     limit_chars integer,
     fallback_model text,
     limit_turns integer,
+    limit_items integer,
     caller text
 )
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
@@ -129,15 +141,25 @@ BEGIN
     LOOP
         -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset,
         -- seq)); the window keeps the newest whole rounds: a cut is allowed before a turn whose
-        -- seq equals the smallest round_start at or after it. Summaries come first when every
+        -- seq equals the smallest round_start at or after it. With limit_items (p.by_items) a
+        -- cut is allowed before a turn unless a tool result at or after it belongs to a round
+        -- that starts before it: the newest items, never a tool result without its call.
+        -- Pinned instructions (seqs 1..p.pin_seq) come first, then summaries when every
         -- unsummarized turn fits: the newest ones that fit in the budget left. When the plan
         -- asks for compaction, the first pass returns no row and reads nothing but the plan.
         RETURN QUERY
-        SELECT coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb),
+        SELECT coalesce(p.pinned, '[]'::jsonb)
+               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb),
                p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0),
                coalesce(sm.turns, 0)::integer,
                p.warnings || extra
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7) AS p
+               || CASE
+                      -- Nothing kept of turns there were to return: the plan says why.
+                      WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
+                           AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
+                      WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
+                  END
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, $8) AS p
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
                        jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
@@ -151,13 +173,21 @@ BEGIN
                                THEN jsonb_build_object('item', m.item, 'format', m.item_format)
                                ELSE '{}'::jsonb END
                        ORDER BY m.seq) AS items,
-                   sum(m.chars) AS chars
+                   sum(m.chars) AS chars,
+                   -- Rounds are contiguous (round_start never decreases with seq): the kept
+                   -- turns start inside a round when the first one does not start it (the
+                   -- first turn after pinned instructions always starts one).
+                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > p.pin_seq + 1)
+                       AS split
             FROM (
-                SELECT f.*, min(CASE WHEN f.seq = f.round_floor THEN f.seq END) OVER () AS cut
+                SELECT f.*,
+                       min(CASE WHEN f.seq = greatest(f.floor, p.pin_seq + 1) THEN f.seq END)
+                           OVER () AS cut
                 FROM (
                     SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
-                           t.tool_call_id, t.name, t.chars, t.item, t.item_format,
-                           min(t.round_start) OVER (ORDER BY t.seq DESC) AS round_floor
+                           t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
+                           min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
+                                    ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
                     WHERE t.session_ref = p.session_ref
                       AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
@@ -178,11 +208,13 @@ BEGIN
                    max(x.to_offset) - min(x.from_offset) AS covered,
                    sum(x.turn_count) AS turns
             FROM (
-                SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used
+                SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
+                       row_number() OVER (ORDER BY s.to_seq DESC) AS rank
                 FROM aidb_memory.summary AS s
                 WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
             ) AS x
             WHERE x.used <= p.summary_room
+              AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
         ) AS sm ON true
         WHERE compacted OR NOT p.compact;
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -194,7 +226,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.session_history(text, text, text, integer, text, integer, text) IS
+COMMENT ON FUNCTION aidb_memory.session_history(
+    text, text, text, integer, text, integer, integer, text) IS
 'Internal: the budgeted read behind session_get and session_messages (caller names the one whose '
 'errors it raises); compacts an over-budget session once per read.';
 
@@ -204,7 +237,8 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     session_id text,
     limit_chars integer DEFAULT NULL,
     fallback_model text DEFAULT NULL,
-    limit_turns integer DEFAULT NULL
+    limit_turns integer DEFAULT NULL,
+    limit_items integer DEFAULT NULL
 )
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -219,7 +253,7 @@ DECLARE
     detail text;
     hint text;
 BEGIN
-    RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_get');
+    RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, $7, 'session_get');
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- Raised again from here, the error's CONTEXT is this one line instead of the internal
     -- window query and the frames of the functions under it (docs/architecture.md, Errors).
@@ -238,12 +272,15 @@ EXCEPTION WHEN OTHERS OR query_canceled THEN
     RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.session_get(text, text, text, integer, text, integer) IS
+COMMENT ON FUNCTION aidb_memory.session_get(text, text, text, integer, text, integer, integer) IS
 'Read a session''s history in order. Without limit_chars: everything. With it: the newest whole '
 'reasoning rounds whose chars (content plus tool-call arguments) fit; a round that does not fit is '
 'dropped whole with everything older. limit_turns bounds the number of turns the same way. '
-'Returns items, overflow_chars (history left out), compacted_entries, warnings. Another actor''s '
-'session reads as empty. Errors: 22004, 22023 bad budget, 42704, 42501.';
+'limit_items: the newest items (one per turn), never a tool result without its call '
+'(limit_items_round_split when the cut falls inside a round). With config pin_instructions, a '
+'budgeted read returns the leading system/developer turns first. Returns items, overflow_chars '
+'(history left out), compacted_entries, warnings. Another actor''s session reads as empty. '
+'Errors: 22004, 22023 bad budget, 42704, 42501.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_convert(items jsonb, format text)
 RETURNS jsonb
@@ -264,6 +301,7 @@ CREATE OR REPLACE FUNCTION aidb_memory.session_messages(
     limit_chars integer DEFAULT NULL,
     fallback_model text DEFAULT NULL,
     limit_turns integer DEFAULT NULL,
+    limit_items integer DEFAULT NULL,
     format text DEFAULT 'chat'
 )
 RETURNS jsonb
@@ -287,7 +325,7 @@ BEGIN
                   HINT = 'chat: Chat Completions messages; responses: a Responses API input list';
     END IF;
     SELECT s.items INTO history
-    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, 'session_messages') AS s;
+    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS s;
     IF format = 'responses'
        OR EXISTS (SELECT FROM jsonb_array_elements(history) AS e(item) WHERE e.item ? 'item') THEN
         RETURN aidb_memory.session_convert(history, format);
@@ -326,7 +364,7 @@ EXCEPTION WHEN OTHERS OR query_canceled THEN
     RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer, text) IS
+COMMENT ON FUNCTION aidb_memory.session_messages(text, text, text, integer, text, integer, integer, text) IS
 'The same history as session_get, ready for a model: format chat (the default) gives OpenAI chat '
 'messages for chat.completions.create (summaries as system messages, tool calls and results in '
 'OpenAI''s format); format responses gives a Responses API input list for responses.create. '

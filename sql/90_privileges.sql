@@ -16,8 +16,8 @@ GRANT SELECT ON aidb_memory.namespaces TO aidb_users, aidb_workers;
 GRANT EXECUTE ON FUNCTION
     aidb_memory.session_start(text, text, text, text),
     aidb_memory.add(text, text, jsonb, text, text, text),
-    aidb_memory.session_get(text, text, text, integer, text, integer),
-    aidb_memory.session_messages(text, text, text, integer, text, integer, text),
+    aidb_memory.session_get(text, text, text, integer, text, integer, integer),
+    aidb_memory.session_messages(text, text, text, integer, text, integer, integer, text),
     aidb_memory.session_end(text, text, text, text),
     aidb_memory.session_pop(text, text, text),
     aidb_memory.session_list(text, text, text, boolean, integer),

@@ -24,7 +24,9 @@ class Row:
     chars: int
 
 
-def check_limits(fn: str, limit_chars: int | None, limit_turns: int | None) -> None:
+def check_limits(
+    fn: str, limit_chars: int | None, limit_turns: int | None, limit_items: int | None = None
+) -> None:
     """Budgets are positive and sane (22023 otherwise)."""
     if limit_chars is not None and not 1 <= limit_chars <= BUDGET_MAX:
         raise invalid(
@@ -32,6 +34,8 @@ def check_limits(fn: str, limit_chars: int | None, limit_turns: int | None) -> N
         )
     if limit_turns is not None and not 1 <= limit_turns <= TURNS_MAX:
         raise invalid(fn, "limit_turns", f"must be between 1 and {TURNS_MAX}, or NULL for no limit")
+    if limit_items is not None and not 1 <= limit_items <= TURNS_MAX:
+        raise invalid(fn, "limit_items", f"must be between 1 and {TURNS_MAX}, or NULL for no limit")
 
 
 def window(rows: Sequence[Row], limit_chars: int | None, limit_turns: int | None) -> list[Row]:

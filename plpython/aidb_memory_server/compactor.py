@@ -41,6 +41,7 @@ QUERY_CANCELED = "57014"
 # be paid for.
 _SESSION = """
 SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref,
+       s.pinned_chars,
        pg_catalog.current_setting('transaction_read_only') = 'on'
        OR pg_catalog.pg_is_in_recovery() AS read_only
 FROM aidb_memory.namespace n
@@ -65,6 +66,7 @@ WHERE session_ref = $1 AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE i
 """
 _STATE = """
 SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) > 0 AS open,
+       s.pinned_seq, s.pinned_chars,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
        coalesce(m.chars, 0) AS newest_chars
 FROM aidb_memory.session s
@@ -177,6 +179,12 @@ def session_compact(
     ns = found[0]
     session_ref = int(ns["ref"])
     config = validation.effective_config(json.loads(ns["config"]))
+    if config["pin_instructions"]:
+        # The pinned instructions are returned beside every budgeted read and never summarized:
+        # the budget that compaction works with is what they leave (as in the read's plan).
+        limit_chars -= int(ns["pinned_chars"])
+        if limit_chars <= 0:
+            return []
     target = compaction.target_chars(limit_chars)
     if target < config["compaction_min_target_chars"]:
         return ["compaction_budget_too_small"]
@@ -256,6 +264,9 @@ def _compact(
         else int(s["total_chars"])
     )
     covered_seq, covered_offset = int(s["covered_seq"]), int(s["covered_offset"])
+    if config["pin_instructions"] and covered_seq < int(s["pinned_seq"]):
+        # Compaction covers only the turns after the instructions prefix.
+        covered_seq, covered_offset = int(s["pinned_seq"]), int(s["pinned_chars"])
     if not compaction.needed(end_offset - covered_offset, int(s["newest_chars"]), limit_chars):
         return []  # another backend compacted while we waited for nothing
     stop_seq = int(s["tail_round_start"])

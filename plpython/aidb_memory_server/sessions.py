@@ -262,7 +262,20 @@ WITH e AS (
     SET next_seq = next_seq + $8, total_chars = total_chars + $26, updated_at = now(),
         tail_sequence_id = $22, tail_round_start = $23, open_calls = $24,
         last_user_seq = coalesce($25, last_user_seq), tail_joinable = $29,
-        tail_item_type = $30
+        tail_item_type = $30,
+        -- The instructions prefix (pin_instructions): while every turn so far is one, the
+        -- batch's leading system/developer turns extend it.
+        pinned_seq = CASE WHEN pinned_seq = next_seq - 1 THEN pinned_seq + (
+            SELECT count(*) FROM unnest($15::text[]) WITH ORDINALITY AS p(role, o)
+            WHERE p.o < coalesce((SELECT min(q.o) FROM unnest($15::text[]) WITH ORDINALITY
+                                  AS q(role, o) WHERE q.role NOT IN ('system', 'developer')),
+                                 cardinality($15::text[]) + 1)) ELSE pinned_seq END,
+        pinned_chars = CASE WHEN pinned_seq = next_seq - 1 THEN pinned_chars + (
+            SELECT coalesce(sum(p.chars), 0) FROM unnest($15::text[], $14::int[]) WITH ORDINALITY
+                AS p(role, chars, o)
+            WHERE p.o < coalesce((SELECT min(q.o) FROM unnest($15::text[]) WITH ORDINALITY
+                                  AS q(role, o) WHERE q.role NOT IN ('system', 'developer')),
+                                 cardinality($15::text[]) + 1)) ELSE pinned_chars END
     WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
 )
 -- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
@@ -479,6 +492,7 @@ def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any],
 _NAMESPACE_AND_SESSION = f"""
 SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
+       s.pinned_seq, s.pinned_chars,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
        coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
@@ -491,6 +505,22 @@ LEFT JOIN LATERAL (
 WHERE n.name = $1
 """
 _OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+# A turn (alias t) as a read returns it; session_history's window builds the same object in SQL
+# (sql/30_sessions.sql). The caller's own object goes around jsonb_strip_nulls, as it came.
+_TURN_ITEM = """jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content,
+                                   'kind', t.kind, 'meta', t.meta, 'created_at', t.created_at)
+                || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
+                                                        'tool_call_id', t.tool_call_id,
+                                                        'name', t.name))
+                || CASE WHEN t.item IS NOT NULL
+                        THEN jsonb_build_object('item', t.item, 'format', t.item_format)
+                        ELSE '{}'::jsonb END"""
+# The pinned instructions as items, only on a read that pins them (the window query carries no
+# subquery for them: an unused one still costs its executor setup on every read).
+_PINNED = f"""
+SELECT jsonb_agg({_TURN_ITEM} ORDER BY t.seq)::text AS items
+FROM aidb_memory.turn AS t WHERE t.session_ref = $1 AND t.seq <= $2
+"""
 _NO_SESSION: dict[str, Any] = {
     "session_ref": None,
     "lo_offset": 0,
@@ -501,6 +531,11 @@ _NO_SESSION: dict[str, Any] = {
     "summary_room": -1,
     "warnings": [],
     "compact": False,
+    "pin_seq": 0,
+    "pinned": None,
+    "summary_slots": None,
+    "by_items": False,
+    "empty_warning": None,
 }
 
 
@@ -518,19 +553,30 @@ def session_read_plan(
     limit_chars: int | None,
     fallback_model: str | None,
     limit_turns: int | None,
+    limit_items: int | None,
     caller: str | None,
 ) -> dict[str, Any]:
     """Which turns and summaries a read may return, plus warnings and whether to compact.
 
     Turns: bounds in (char_offset, seq) order. Lower bound: the budget (``end - limit_chars``),
-    ``limit_turns`` and, on a budgeted read, the end of the newest summary (summaries stand in
-    for the turns they cover); upper bound: the end of the history, before a round still
-    waiting for tool results. The SQL window then keeps the newest whole rounds inside the
-    bounds. Summaries: when every unsummarized turn fits, the newest summaries that fit in
-    ``summary_room``, the budget left (-1: none). ``compact``: the read is over budget in a way
-    a new summary would mend (``compaction.needed``), and the budget allows one; session_history
-    then calls ``compactor.session_compact`` and plans again. ``caller`` is the API function that
-    errors name.
+    ``limit_turns``/``limit_items`` and, on a budgeted read, the end of the newest summary
+    (summaries stand in for the turns they cover); upper bound: the end of the history, before a
+    round still waiting for tool results. The SQL window then keeps the newest whole rounds
+    inside the bounds (with ``limit_items``: the newest items, never a tool result without its
+    call, ``by_items``). Summaries: when every unsummarized turn fits, the newest summaries that
+    fit in ``summary_room``, the budget left (-1: none), at most ``summary_slots`` of them (NULL:
+    no cap). ``compact``: the read is over budget in a way a new summary would mend
+    (``compaction.needed``), and the budget allows one; session_history then calls
+    ``compactor.session_compact`` and plans again. ``caller`` is the API function that errors
+    name.
+
+    Pinned instructions (config ``pin_instructions``, budgeted reads only): the session's leading
+    system/developer turns, seqs 1..``pin_seq``, come first (``pinned``, their items); every
+    budget is what is left after them, and the window and summaries only cover the turns after
+    them. ``empty_warning``: when
+    the read has unsummarized turns to return, the warning that an empty window means
+    (``newest_round_over_budget``, or ``limit_items_round_split`` when the newest turn fits and
+    only the rule of tool results keeps it out); the SQL adds it.
 
     The SQL function is STABLE, so these queries run in the snapshot of the window query that
     calls it: the bounds and the turns they select are one consistent state of the session.
@@ -545,7 +591,7 @@ def session_read_plan(
     )
     ns, _ = check_namespace(fn, namespace_name, s, actor_id, writing=False)
     identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
-    budget.check_limits(fn, limit_chars, limit_turns)
+    budget.check_limits(fn, limit_chars, limit_turns, limit_items)
     if s["ref"] is None:
         return dict(_NO_SESSION)
     ref, next_seq = int(s["ref"]), int(s["next_seq"])
@@ -556,46 +602,100 @@ def session_read_plan(
         end_seq = int(s["tail_round_start"])
         end_offset = _offset_of(ref, end_seq)
         warnings.append("tool_results_pending")
-    lo_offset, lo_seq = 0, 1
-    readable = end_offset
+    budgeted = limit_chars is not None or limit_turns is not None or limit_items is not None
+    pin_seq, pin_chars = 0, 0
+    if budgeted and ns.config["pin_instructions"] and int(s["pinned_seq"]) > 0:
+        pin_seq, pin_chars = int(s["pinned_seq"]), int(s["pinned_chars"])
+        if pin_seq >= end_seq:  # a pending round that began inside the prefix (a sequence_id)
+            pin_seq, pin_chars = end_seq - 1, end_offset
+    plan: dict[str, Any] = {
+        "session_ref": ref,
+        "lo_offset": pin_chars,
+        "lo_seq": pin_seq + 1,
+        "hi_offset": end_offset,
+        "hi_seq": end_seq,
+        # The readable chars other than the pinned ones (those are always returned).
+        "readable_chars": end_offset - pin_chars,
+        "summary_room": -1,
+        "warnings": warnings,
+        "compact": False,
+        "pin_seq": pin_seq,
+        "pinned": None,
+        "summary_slots": None,
+        "by_items": limit_items is not None,
+        "empty_warning": None,
+    }
+    if pin_seq:
+        plan["pinned"] = db.execute(_PINNED, ("bigint", "bigint"), (ref, pin_seq))[0]["items"]
+    # What each budget leaves after the pinned turns.
+    room_chars = None if limit_chars is None else limit_chars - pin_chars
+    room_turns = None if limit_turns is None else limit_turns - pin_seq
+    room_items = None if limit_items is None else limit_items - pin_seq
+    if pin_seq and (
+        (room_chars is not None and room_chars <= 0)
+        or (room_turns is not None and room_turns <= 0)
+        or (room_items is not None and room_items <= 0)
+    ):
+        # The pinned turns alone fill a budget: they are all the read returns.
+        warnings.append("pinned_instructions_over_budget")
+        plan["lo_offset"], plan["lo_seq"] = end_offset, end_seq
+        return plan
+    lo_offset, lo_seq = pin_chars, pin_seq + 1
+    first_unsummarized = lo_seq
     summary_room, compact = -1, False
-    if limit_chars is not None:
+    if room_chars is not None:
         covered_offset, covered_seq = int(s["covered_offset"]), int(s["covered_seq"])
+        if covered_seq < pin_seq:  # a summary written before pinning was turned on
+            covered_offset, covered_seq = pin_chars, pin_seq
         # A summary never covers the newest round, so covered_seq < end_seq.
         lo_offset, lo_seq = covered_offset, covered_seq + 1
+        first_unsummarized = lo_seq
         unsummarized = end_offset - covered_offset
         newest = int(s["newest_summary_chars"])
-        if unsummarized <= limit_chars:
-            summary_room = limit_chars - unsummarized
-        elif 0 < newest <= compaction.target_chars(limit_chars):
+        if unsummarized <= room_chars:
+            summary_room = room_chars - unsummarized
+        elif 0 < newest <= compaction.target_chars(room_chars):
             # Still catching up: the summary made so far, then the newest turns in what is left.
             summary_room = newest
-            lo_offset, lo_seq = end_offset - (limit_chars - newest), 0
+            lo_offset, lo_seq = end_offset - (room_chars - newest), 0
         else:
-            lo_offset, lo_seq = end_offset - limit_chars, 0
-        if compaction.needed(unsummarized, newest, limit_chars):
+            lo_offset, lo_seq = end_offset - room_chars, 0
+        if compaction.needed(unsummarized, newest, room_chars):
             if compaction.over_budget_alone(int(s["tail_round_start"]), covered_seq):
                 warnings.append("newest_round_over_budget")  # no model could help
-            elif compaction.target_chars(limit_chars) < ns.config["compaction_min_target_chars"]:
+            elif compaction.target_chars(room_chars) < ns.config["compaction_min_target_chars"]:
                 warnings.append("compaction_budget_too_small")  # no model is contacted
             else:
                 compact = True
-    if limit_turns is not None:
-        first = end_seq - limit_turns
+    # limit_turns and limit_items bound the count the same way (one turn, one item); the window
+    # cuts them differently (by_items).
+    room_count = room_turns if room_items is None else room_items
+    if room_turns is not None and room_count is not None and room_turns < room_count:
+        room_count = room_turns  # both given: the tighter
+    if room_count is not None:
+        first = end_seq - room_count
         if first > lo_seq:
             lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(ref, first), first))
             summary_room = -1  # turns before the window are left out, so are their summaries
-    return {
-        "session_ref": ref,
-        "lo_offset": lo_offset,
-        "lo_seq": lo_seq,
-        "hi_offset": end_offset,
-        "hi_seq": end_seq,
-        "readable_chars": readable,
-        "summary_room": summary_room,
-        "warnings": warnings,
-        "compact": compact,
-    }
+        elif room_items is not None and summary_room >= 0:
+            # Summaries are items too: at most the slots the unsummarized turns leave.
+            slots = room_items - (end_seq - first_unsummarized)
+            if slots > 0:
+                plan["summary_slots"] = slots
+            else:
+                summary_room = -1
+    if end_seq > first_unsummarized and "newest_round_over_budget" not in warnings:
+        # There are turns to return: if the window keeps none, the newest round alone is over
+        # budget; by items, unless the newest turn is inside the bounds (then only the rule of
+        # tool results keeps it out).
+        empty = "newest_round_over_budget"
+        if room_items is not None and (
+            room_chars is None or (_offset_of(ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
+        ):
+            empty = "limit_items_round_split"
+        plan["empty_warning"] = empty
+    plan.update(lo_offset=lo_offset, lo_seq=lo_seq, summary_room=summary_room, compact=compact)
+    return plan
 
 
 # --- session_end -------------------------------------------------------------------------------
@@ -659,17 +759,9 @@ def session_end(
 
 # --- session_pop -------------------------------------------------------------------------------
 
-_POP = """
+_POP = f"""
 DELETE FROM aidb_memory.turn t WHERE t.session_ref = $1 AND t.seq = $2
-RETURNING t.chars, t.role,
-    (jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content, 'kind', t.kind,
-                        'meta', t.meta, 'created_at', t.created_at)
-     || jsonb_strip_nulls(jsonb_build_object('tool_calls', t.tool_calls,
-                                             'tool_call_id', t.tool_call_id,
-                                             'name', t.name))
-     || CASE WHEN t.item IS NOT NULL
-             THEN jsonb_build_object('item', t.item, 'format', t.item_format)
-             ELSE '{}'::jsonb END)::text AS item
+RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
 """
 # The session's compaction lock row (migration 0007_locks), waiting for a compaction in flight.
 # Taken before the session row: the compaction holding it needs that row (FOR KEY SHARE, for its
@@ -714,7 +806,10 @@ _SET_TAIL = """
 UPDATE aidb_memory.session
 SET next_seq = $2, total_chars = total_chars - $3, tail_sequence_id = $4, tail_round_start = $5,
     open_calls = $6, last_user_seq = $7, tail_joinable = $8, tail_item_type = $9,
-    updated_at = now()
+    updated_at = now(),
+    -- Popping a turn of the instructions prefix (then every turn is one) shortens it.
+    pinned_seq = least(pinned_seq, $2 - 1),
+    pinned_chars = CASE WHEN pinned_seq >= $2 THEN pinned_chars - $3 ELSE pinned_chars END
 WHERE id = $1
 """
 

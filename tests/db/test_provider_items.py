@@ -284,7 +284,7 @@ def test_a_compacted_responses_history_reads_back_with_a_summary_in_either_forma
         add(db, [RESPONSES[1], *RESPONSES[2:]])
     fake.queue(Reply(content="They asked about the weather, twice."))
     budget = 1200
-    items, _, warnings = read(db, limit_chars=budget)
+    _, _, warnings = read(db, limit_chars=budget)
     assert warnings == [], warnings
     responses = messages(db, "responses", limit_chars=budget)
     assert responses[0] == {"role": "system", "content": "They asked about the weather, twice."}
@@ -297,3 +297,23 @@ def test_a_compacted_responses_history_reads_back_with_a_summary_in_either_forma
     assert "Look at this." in prompt and "rain, 14C" in prompt
     assert "[image]" in prompt
     assert "QUJDRA" not in prompt and "gAAAAB" not in prompt
+
+
+def test_pinned_instructions_come_back_in_their_own_shape(ns: Database) -> None:
+    ns.sql(
+        "SELECT aidb_memory.namespace_update(%s, config => '{\"pin_instructions\": true}')", (NS,)
+    )
+    rules = {"role": "developer", "content": [{"type": "text", "text": "Answer in French."}]}
+    add(ns, [rules])
+    for i in range(5):
+        add(
+            ns, [{"role": "user", "content": f"q{i} " * 30}, {"role": "assistant", "content": "ok"}]
+        )
+    chat = messages(ns, limit_chars=200)
+    assert chat[0] == rules
+    assert chat[-1] == {"role": "assistant", "content": "ok"}
+    responses = messages(ns, "responses", limit_chars=200)
+    assert responses[0] == {
+        "role": "developer",
+        "content": [{"type": "input_text", "text": "Answer in French."}],
+    }

@@ -628,7 +628,8 @@ def test_app_user_cannot_read_the_views_or_any_table_or_the_internal_plan(db: Da
         )
     e = _app_error(
         db,
-        "SELECT * FROM aidb_memory.session_read_plan(%s, 'alice', 's1', NULL, NULL, NULL, NULL)",
+        "SELECT * FROM aidb_memory.session_read_plan("
+        "%s, 'alice', 's1', NULL, NULL, NULL, NULL, NULL)",
         (NS,),
     )
     assert e.sqlstate == "42501"
