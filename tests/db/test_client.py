@@ -357,6 +357,9 @@ def test_statements_are_prepared(ns: Database) -> None:
     assert all('"namespace" => $1::text' in s for s in reads)
     assert any('"limit_chars" => $4::integer' in s for s in reads)
     assert not any("limit_items" in s for s in reads)
+    with psycopg.connect(ns.dsn(APP_USER), autocommit=True) as conn:
+        Memory(conn, prepare=False).session_get(NS, "alice", "conv-1")
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
 
 
 def test_sync_pool(ns: Database) -> None:

@@ -42,6 +42,7 @@ class AsyncMemory:
     ``async with``, in autocommit, and closes in :meth:`close`), a ``psycopg.AsyncConnection``
     (used as it is, in the caller's transaction: never committed, rolled back or closed) or a
     ``psycopg_pool.AsyncConnectionPool`` (a connection borrowed for each call).
+    ``log_warnings`` and ``prepare`` as for :class:`Memory`.
     """
 
     def __init__(
@@ -49,8 +50,10 @@ class AsyncMemory:
         source: str | psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any],
         *,
         log_warnings: bool = False,
+        prepare: bool = True,
     ) -> None:
         self.log_warnings = log_warnings
+        self.prepare = prepare
         self._dsn: str | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
@@ -117,7 +120,7 @@ class AsyncMemory:
     async def _run(self, call: calls.Call[T]) -> T:
         try:
             async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(call.query, call.params, prepare=True)
+                await cur.execute(call.query, call.params, prepare=self.prepare)
                 rows = await cur.fetchall() if cur.description is not None else []
         except psycopg.Error as error:
             raise from_psycopg(error) from error

@@ -68,7 +68,9 @@ class Memory:
     as it is, in the caller's transaction: never committed, rolled back or closed) or a
     ``psycopg_pool.ConnectionPool`` (a connection borrowed for each call, committed when the call
     succeeds). ``log_warnings=True`` logs the warnings of ``session_get`` on the
-    ``aidb_memory.client`` logger; they are on the result either way.
+    ``aidb_memory.client`` logger; they are on the result either way. Every statement is
+    prepared on its connection the first time it runs; ``prepare=False`` turns that off (for a
+    pooler in transaction mode that cannot keep prepared statements).
 
     One method per function of the SQL API, with its parameters' names; errors are
     :class:`~aidb_memory.client.AidbMemoryError` subclasses.
@@ -79,8 +81,10 @@ class Memory:
         source: str | psycopg.Connection[Any] | ConnectionPool[Any],
         *,
         log_warnings: bool = False,
+        prepare: bool = True,
     ) -> None:
         self.log_warnings = log_warnings
+        self.prepare = prepare
         self._conn: psycopg.Connection[Any] | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._owned = False
@@ -131,7 +135,7 @@ class Memory:
     def _run(self, call: calls.Call[T]) -> T:
         try:
             with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(call.query, call.params, prepare=True)
+                cur.execute(call.query, call.params, prepare=self.prepare)
                 rows = cur.fetchall() if cur.description is not None else []
         except psycopg.Error as error:
             raise from_psycopg(error) from error
