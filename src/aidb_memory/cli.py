@@ -220,8 +220,20 @@ def cmd_events_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_EXTRA_MISSING = (
+    "aidb-memory demo: the throwaway server needs testing.postgresql, which the package installs "
+    "only with the demo extra: pip install 'aidb-memory[demo]'"
+)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from aidb_memory import demo
+    try:
+        from aidb_memory import demo
+    except ModuleNotFoundError as e:
+        # testing.postgresql is not a runtime dependency (applications don't need it).
+        if (e.name or "").split(".")[0] == "testing":
+            raise CliError(DEMO_EXTRA_MISSING) from e
+        raise
 
     return demo.main()
 

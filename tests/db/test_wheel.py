@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from aidb_memory import __version__
@@ -53,3 +54,23 @@ def test_wheel_in_a_fresh_venv_installs_the_schema(tmp_path: Path, empty_db: Dat
         env,
     )
     assert str(REPO) not in location
+
+    # The client comes with the package, typed (py.typed), and the runtime dependencies leave
+    # the demo's throwaway server (testing.postgresql) to the [demo] extra.
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = set(wheel.namelist())
+    assert {"aidb_memory/py.typed", "aidb_memory/client/__init__.py"} <= names
+    python = str(venv / "bin" / "python")
+    probe = "import importlib.util as u, aidb_memory.client; print(u.find_spec('testing') is None)"
+    assert _run([python, "-c", probe], elsewhere, env).strip() == "True"
+    demo = subprocess.run(
+        [str(venv / "bin" / "aidb-memory"), "demo"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert demo.returncode == 1
+    assert "pip install 'aidb-memory[demo]'" in demo.stderr, demo.stderr

@@ -1,0 +1,301 @@
+"""The asynchronous client, :class:`AsyncMemory`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+from aidb_memory.client import calls
+from aidb_memory.client.errors import from_psycopg
+from aidb_memory.client.sync_client import is_pool, log_read_warnings
+from aidb_memory.client.types import (
+    EventStatus,
+    Handoff,
+    Item,
+    MemoryRecord,
+    ReadResult,
+    SearchHit,
+    Session,
+    SessionRow,
+)
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["AsyncMemory"]
+
+T = TypeVar("T")
+
+
+class AsyncMemory:
+    """aidb_memory over psycopg 3, asynchronous: the methods of :class:`Memory`, awaited.
+
+    ``AsyncMemory(source)``: ``source`` is a DSN (the client connects on first use, or in
+    ``async with``, in autocommit, and closes in :meth:`close`), a ``psycopg.AsyncConnection``
+    (used as it is, in the caller's transaction: never committed, rolled back or closed) or a
+    ``psycopg_pool.AsyncConnectionPool`` (a connection borrowed for each call).
+    ``log_warnings`` and ``prepare`` as for :class:`Memory`.
+    """
+
+    def __init__(
+        self,
+        source: str | psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any],
+        *,
+        log_warnings: bool = False,
+        prepare: bool = True,
+    ) -> None:
+        self.log_warnings = log_warnings
+        self.prepare = prepare
+        self._dsn: str | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._lock: asyncio.Lock | None = None
+        if isinstance(source, str):
+            self._dsn = source
+        elif isinstance(source, psycopg.AsyncConnection):
+            self._conn = source
+        elif is_pool(source, "AsyncConnectionPool"):
+            self._pool = source
+        else:
+            raise TypeError(
+                "AsyncMemory takes a DSN, a psycopg.AsyncConnection or a "
+                f"psycopg_pool.AsyncConnectionPool, not {type(source).__name__} "
+                "(Memory takes the sync ones)"
+            )
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def connect(self) -> AsyncMemory:
+        """Open the connection of a client made from a DSN (the first call does it too)."""
+        if self._dsn is not None and self._conn is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if self._conn is None:
+                    try:
+                        self._conn = await psycopg.AsyncConnection.connect(
+                            self._dsn, autocommit=True
+                        )
+                    except psycopg.Error as error:
+                        raise from_psycopg(error) from error
+        return self
+
+    async def close(self) -> None:
+        """Close the connection the client opened from a DSN (a connection or pool it was
+        given stays open)."""
+        if self._dsn is not None and self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._pool is not None:
+            async with self._pool.connection() as conn:
+                yield conn
+        else:
+            if self._conn is None:
+                await self.connect()
+            assert self._conn is not None
+            yield self._conn
+
+    async def _run(self, call: calls.Call[T]) -> T:
+        try:
+            async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(call.query, call.params, prepare=self.prepare)
+                rows = await cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as error:
+            raise from_psycopg(error) from error
+        return call.decode(rows)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def session_start(
+        self,
+        namespace: str,
+        actor_id: str,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Open a session, or resume one (its stored row and the previous handoff)."""
+        return await self._run(calls.session_start(namespace, actor_id, agent_id, session_id))
+
+    async def add(
+        self,
+        namespace: str,
+        actor_id: str,
+        turns: Sequence[Mapping[str, Any]] | Jsonb,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> uuid.UUID:
+        """Store a batch of turns (chat messages or Responses items), all or none; the id of
+        the event recorded for long-term memory."""
+        return await self._run(
+            calls.add(namespace, actor_id, turns, session_id, agent_id, idempotency_key)
+        )
+
+    async def session_get(
+        self,
+        namespace: str,
+        actor_id: str,
+        session_id: str,
+        *,
+        limit_chars: int | None = None,
+        fallback_model: str | None = None,
+        limit_turns: int | None = None,
+        limit_items: int | None = None,
+    ) -> ReadResult:
+        """Read a session's history under the budget rule (compacting when over budget)."""
+        result = await self._run(
+            calls.session_get(
+                namespace,
+                actor_id,
+                session_id,
+                limit_chars,
+                fallback_model,
+                limit_turns,
+                limit_items,
+            )
+        )
+        if self.log_warnings and result.warnings:
+            log_read_warnings("session_get", namespace, actor_id, session_id, result.warnings)
+        return result
+
+    async def session_messages(
+        self,
+        namespace: str,
+        actor_id: str,
+        session_id: str,
+        *,
+        limit_chars: int | None = None,
+        fallback_model: str | None = None,
+        limit_turns: int | None = None,
+        limit_items: int | None = None,
+        format: str = "chat",
+    ) -> list[dict[str, Any]]:
+        """The same read, as chat messages (``format="chat"``) or a Responses input list
+        (``format="responses"``)."""
+        return await self._run(
+            calls.session_messages(
+                namespace,
+                actor_id,
+                session_id,
+                limit_chars,
+                fallback_model,
+                limit_turns,
+                limit_items,
+                format,
+            )
+        )
+
+    async def session_end(
+        self, namespace: str, actor_id: str, session_id: str, *, notes: str | None = None
+    ) -> Handoff | None:
+        """Close a session and return its handoff (None for an unknown session)."""
+        return await self._run(calls.session_end(namespace, actor_id, session_id, notes))
+
+    async def session_pop(self, namespace: str, actor_id: str, session_id: str) -> Item | None:
+        """Remove the newest turn and return it (None when the session is empty)."""
+        return await self._run(calls.session_pop(namespace, actor_id, session_id))
+
+    async def session_list(
+        self,
+        namespace: str,
+        actor_id: str,
+        *,
+        agent_id: str | None = None,
+        include_closed: bool | None = None,
+        limit: int | None = None,
+    ) -> list[SessionRow]:
+        """The actor's sessions, most recently active first."""
+        return await self._run(
+            calls.session_list(namespace, actor_id, agent_id, include_closed, limit)
+        )
+
+    async def session_delete(
+        self, namespace: str, actor_id: str, session_id: str, reason: str
+    ) -> int:
+        """Erase a session with its turns and summaries (audited with the reason); how many
+        turns it removed (0: no such session)."""
+        return await self._run(calls.session_delete(namespace, actor_id, session_id, reason))
+
+    # --- long-term memory -----------------------------------------------------------------
+
+    async def search(
+        self,
+        namespace: str,
+        actor_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> list[SearchHit]:
+        """The actor's current memories that best match ``query``, best first."""
+        return await self._run(
+            calls.search(namespace, actor_id, query, limit, session_id, agent_id)
+        )
+
+    async def list_memories(
+        self,
+        namespace: str,
+        actor_id: str,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        limit: int | None = None,
+        include_superseded: bool | None = None,
+    ) -> list[MemoryRecord]:
+        """The actor's memories, newest first."""
+        return await self._run(
+            calls.list_memories(
+                namespace, actor_id, session_id, agent_id, limit, include_superseded
+            )
+        )
+
+    async def delete(
+        self,
+        namespace: str,
+        actor_id: str,
+        selector: Mapping[str, Any] | Jsonb,
+        reason: str,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> int:
+        """Delete the memories ``selector`` names (``{"ids": [...]}``, ``{"all": True}``,
+        ``{"before": timestamp}``); how many."""
+        return await self._run(
+            calls.delete(namespace, actor_id, selector, reason, session_id, agent_id)
+        )
+
+    async def forget(self, namespace: str, actor_id: str, reason: str) -> dict[str, int]:
+        """Erase every trace of an actor in a namespace; the counts of what went."""
+        return await self._run(calls.forget(namespace, actor_id, reason))
+
+    async def status(
+        self, namespace: str, actor_id: str, event_id: uuid.UUID | str
+    ) -> EventStatus | None:
+        """The status of an event ``add`` returned (None: unknown, or another actor's)."""
+        return await self._run(calls.status(namespace, actor_id, event_id))
