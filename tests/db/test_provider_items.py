@@ -317,3 +317,52 @@ def test_pinned_instructions_come_back_in_their_own_shape(ns: Database) -> None:
         "role": "developer",
         "content": [{"type": "input_text", "text": "Answer in French."}],
     }
+
+
+def test_every_kind_of_responses_item_is_kept_as_it_came(ns: Database) -> None:
+    batch = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go."}]},
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "weather"},
+        },
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]},
+        {
+            "type": "custom_tool_call",
+            "id": "ct_1",
+            "call_id": "call_custom",
+            "name": "grammar",
+            "input": "SELECT 1",
+        },
+        {"type": "custom_tool_call_output", "call_id": "call_custom", "output": "1"},
+        {
+            "type": "computer_call",
+            "id": "cu_1",
+            "call_id": "call_screen",
+            "action": {"type": "screenshot"},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
+        {
+            "type": "computer_call_output",
+            "call_id": "call_screen",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"},
+        },
+        {"type": "some_future_item", "id": "x_1", "payload": {"any": ["thing", None]}},
+    ]
+    add(ns, batch)
+    assert messages(ns, "responses") == batch
+    items, _, warnings = read(ns)
+    assert warnings == []
+    assert [i["kind"] for i in items] == [
+        "user_prompt",
+        "tool_call",
+        "tool_call",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+        "some_future_item",
+    ]
