@@ -803,6 +803,28 @@ async def verify_d(peer: Any, aconn: psycopg.AsyncConnection[Any]) -> None:
     await peer.clear_session()
 
 
+async def verify_d_session(peer: Any, dsn: str) -> None:
+    """(d) through AidbSession: after 12 chat turns, both Sessions give back the same 20 items."""
+    from aidb_memory.integrations.openai_agents import AidbSession
+
+    ours = AidbSession("d-verify-session", namespace=NS, actor_id=ACTOR, dsn=dsn)
+    try:
+        for _ in range(12):
+            await peer.add_items(d_turns())
+            await ours.add_items(d_turns())
+        theirs = await peer.get_items(limit=20)
+        mine = await ours.get_items(limit=20)
+        check(
+            theirs == mine and len(theirs) == 20,
+            "(d) SQLAlchemySession.get_items(limit=20) and AidbSession.get_items(limit=20) "
+            "return the same 20 items",
+        )
+        await peer.clear_session()
+        await ours.clear_session()
+    finally:
+        await ours.close()
+
+
 # --- (f): the worst single search -----------------------------------------------------------------
 
 WORST_QUERY_CHARS = 100_000
@@ -969,6 +991,8 @@ class Comparison:
         return measured >= self.target if self.op == ">=" else measured <= self.target
 
 
+D_SESSION_TARGET = 1.0
+
 COMPARISONS = [
     Comparison(
         "a",
@@ -1012,6 +1036,19 @@ COMPARISONS = [
         "throughput",
         ">=",
         2.0,
+    ),
+    Comparison(
+        "d2",
+        "(d) the same chat turn, both sides an Agents SDK Session: aidb_memory's AidbSession vs "
+        "SQLAlchemySession",
+        "throughput AidbSession (add_items + get_items(limit=20): add + session_messages(format "
+        "=> 'responses', limit_items => 20), async psycopg) / SQLAlchemySession (the same calls, "
+        "asyncpg)",
+        "d_session",
+        "d_peer",
+        "throughput",
+        ">=",
+        D_SESSION_TARGET,
     ),
     Comparison(
         "e",
@@ -1134,6 +1171,8 @@ def main() -> int:
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
+
+        from aidb_memory.integrations.openai_agents import AidbSession
     except ImportError as e:
         print(
             f"bench: the peer is not installed ({e}); run `make bench`, which installs "
@@ -1177,6 +1216,7 @@ def main() -> int:
         engine = create_async_engine(url)
         conns: list[psycopg.Connection[Any]] = []
         aconn: psycopg.AsyncConnection[Any] | None = None
+        session: AidbSession | None = None
         try:
             a_ours, a_ref = connect(dsn), connect(dsn)
             b_ours, b_ref = connect(dsn, raw_jsonb=True), connect(dsn, raw_jsonb=True)
@@ -1186,6 +1226,8 @@ def main() -> int:
             aconn = runner.run(psycopg.AsyncConnection.connect(dsn, autocommit=True))
             peer = SQLAlchemySession("d-peer", engine=engine, create_tables=True)
             runner.run(verify_d(peer, aconn))
+            session = AidbSession("d-session", namespace=NS, actor_id=ACTOR, dsn=dsn)
+            runner.run(verify_d_session(peer, dsn))
 
             def ref_params(sid: str) -> dict[str, Any]:
                 return {"ns": NS, "actor": ACTOR, "sid": sid, "budget": 8000}
@@ -1212,6 +1254,11 @@ def main() -> int:
                 await aconn.execute(ADD, (NS, ACTOR, json.dumps(d_turns()), "d-ours"), prepare=True)
                 cur = await aconn.execute(MESSAGES, (NS, ACTOR, "d-ours", 20), prepare=True)
                 return await cur.fetchone()
+
+            async def d_session_op() -> Any:
+                assert session is not None
+                await session.add_items(d_turns())
+                return await session.get_items(limit=20)
 
             async def d_peer_op() -> Any:
                 await peer.add_items(d_turns())
@@ -1256,11 +1303,17 @@ def main() -> int:
                         f"psycopg {version('psycopg')} async",
                         aop=d_ours_op,
                     ),
+                    Measured(
+                        "d_session",
+                        "AidbSession chat turn",
+                        f"psycopg {version('psycopg')} async",
+                        aop=d_session_op,
+                    ),
                     Measured("d_ours_sync", "aidb_memory chat turn", psy, op=d_sync_op),
                 ]
             }
             groups = [["a_add", "a_ref"], ["b_get", "b_ref", "c_get", "c_ref"]]
-            groups.append(["d_peer", "d_ours", "d_ours_sync"])
+            groups.append(["d_peer", "d_ours", "d_session", "d_ours_sync"])
             measure(runner, paths, groups, args)
 
             # (e) comes after the others: its 1,000,000 rows and their scans would otherwise
@@ -1314,6 +1367,8 @@ def main() -> int:
                 c.close()
             if aconn is not None:
                 runner.run(aconn.close())
+            if session is not None:
+                runner.run(session.close())
             runner.run(engine.dispose())
     say("bench: server stopped and removed")
 

@@ -2,8 +2,11 @@
 
 It is a real HTTP server on 127.0.0.1 that the database calls over loopback, scripted per test:
 each queued :class:`Reply` answers one request (a chat completion, a delay, a 429 or 500, malformed
-JSON, an overlength answer); when the script runs out, ``default`` answers. It records every
-request it received, so a test can count the calls and read what the model was sent.
+JSON, an overlength answer); when the script runs out, ``default`` answers. ``POST
+/v1/responses`` (the Responses API, as the OpenAI Agents SDK calls it) answers with a response
+whose output is the reply's ``output`` items, or one assistant message with its ``content``. It
+records every request it received, so a test can count the calls and read what the model was
+sent.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Reply:
     delay: float = 0.0  # seconds to wait before answering
     raw: str | None = None  # a body sent as is (e.g. malformed JSON)
     embedding: list[float] | None = None
+    output: list[dict[str, Any]] | None = None  # the output items of a Responses API answer
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -60,6 +64,44 @@ def chat_completion(
             "prompt_tokens": max(1, prompt_chars // 4),
             "completion_tokens": max(1, len(content) // 4),
             "total_tokens": max(1, prompt_chars // 4) + max(1, len(content) // 4),
+        },
+    }
+
+
+def response(
+    reply: Reply, model: str = "fake-model", number: int = 0, prompt_chars: int = 0
+) -> dict[str, Any]:
+    """An OpenAI Responses API response body: ``reply.output``, or one assistant message with
+    ``reply.content``."""
+    output = reply.output
+    if output is None:
+        text = reply.content or ""
+        output = [
+            {
+                "type": "message",
+                "id": f"msg_fake_{number}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
+    output_chars = sum(len(json.dumps(item)) for item in output)
+    return {
+        "id": f"resp_fake_{number}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": max(1, prompt_chars // 4),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": max(1, output_chars // 4),
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": max(1, prompt_chars // 4) + max(1, output_chars // 4),
         },
     }
 
@@ -137,6 +179,15 @@ class FakeOpenAI:
                             ],
                             "usage": {"prompt_tokens": 1, "total_tokens": 1},
                         }
+                    ).encode()
+                elif self.path.endswith("/responses"):
+                    payload = json.dumps(
+                        response(
+                            reply,
+                            body.get("model", "fake-model"),
+                            len(fake.calls("/responses")),
+                            len(json.dumps(body.get("input", ""))),
+                        )
                     ).encode()
                 else:
                     prompt_chars = sum(

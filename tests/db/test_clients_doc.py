@@ -1,8 +1,10 @@
 """docs/clients.md runs: every ``python`` block, section (``##``) by section, in order, in one
 fresh database per section.
 
-Each section gets the namespace ``helpdesk`` (made by an admin) and ``DATABASE_URL`` connecting
-as ``app_user`` (in ``aidb_users``); its blocks run in one shared namespace of variables, as one
+Each section gets the namespace ``helpdesk`` (made by an admin), ``DATABASE_URL`` connecting
+as ``app_user`` (in ``aidb_users``), and ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` pointing at a
+fake OpenAI server (tests/fake_openai.py; ``OPENAI_AGENTS_DISABLE_TRACING`` too, so that no
+trace is sent anywhere); its blocks run in one shared namespace of variables, as one
 script would. A section for another client adds its blocks in a language below: ``python`` runs
 here; a language without a runner fails the test (so every example is run), except those of
 ``NOT_RUN``.
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import APP_USER, REPO, Database
+from fake_openai import FakeOpenAI
 
 DOC = REPO / "docs" / "clients.md"
 # Install commands and outputs are shown, not run.
@@ -52,9 +55,14 @@ def test_the_page_has_sections_with_examples() -> None:
 
 
 @pytest.mark.parametrize("title", sorted(sections()))
-def test_section_runs(title: str, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_section_runs(
+    title: str, db: Database, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db.sql("SELECT aidb_memory.init('helpdesk')")
     monkeypatch.setenv("DATABASE_URL", db.dsn(APP_USER))
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
     scope: dict[str, Any] = {"__name__": "__clients_doc__"}
     for index, (language, code) in enumerate(sections()[title]):
         if language in NOT_RUN:
