@@ -109,7 +109,9 @@ RUNNERS: dict[str, Callable[[str, dict[str, Any], str, int], None]] = {
 
 def test_the_page_has_sections_with_examples() -> None:
     found = sections()
-    assert "Python client" in found
+    assert {"Python client", "psql", "psycopg 3", "asyncpg", "SQLAlchemy"} <= set(found)
+    # psql's examples say what they print (so a parser that finds no output cannot pass).
+    assert len(expected_outputs()["psql"]) >= 4
     for title, blocks in found.items():
         languages = {language for language, _ in blocks}
         assert languages - NOT_RUN, f"section {title!r} has no example that runs"
@@ -130,3 +132,23 @@ def test_section_runs(title: str, db: Database, monkeypatch: pytest.MonkeyPatch)
         if index in outputs:
             scope["__expected__"] = outputs[index]
         RUNNERS[language](code, scope, title, index)
+
+
+def test_sql_blocks_fail_when_they_print_something_else(db: Database) -> None:
+    """The ``sql`` runner is no rubber stamp: other rows, an unexpected error and a missing one
+    each fail."""
+    url = database_url(db.dsn(APP_USER))
+    for code, expected in [
+        ("SELECT 1;\n", ["2"]),
+        ("SELECT 1/0;\n", None),
+        ("SELECT 1;\n", ["ERROR:  22012: division by zero"]),
+    ]:
+        scope: dict[str, Any] = {"__database_url__": url, "__expected__": expected}
+        with pytest.raises(AssertionError):
+            run_sql(code, scope, "test", 0)
+    run_sql(
+        "SELECT 1/0;\n",
+        {"__database_url__": url, "__expected__": ["ERROR:  22012: division by zero"]},
+        "test",
+        0,
+    )
