@@ -272,7 +272,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except ConnectionFailed as e:  # before serving: a wrong --dsn
         raise CliError(connection_failure(str(e.pgerror or e.message), dsn)) from None
     except AidbMemoryError as e:  # before serving: a wrong namespace or actor
-        line = f"aidb-memory: mcp: {e.message}"
+        # The message of the check the server makes before it serves, without its function.
+        reason = e.message.removeprefix(f"aidb_memory.{e.function}: ") if e.function else e.message
+        line = f"aidb-memory: mcp: {reason}"
         raise CliError(line + (f" (hint: {e.hint})" if e.hint else "")) from None
 
 
