@@ -6,8 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from aidb_memory import cli
 from conftest import REPO
 
@@ -31,12 +29,20 @@ def test_the_cli_does_not_import_mcp_until_the_subcommand_runs() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_without_the_mcp_extra_it_says_which_extra(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp: ModuleNotFoundError
-    monkeypatch.delitem(sys.modules, "aidb_memory.integrations.mcp_server", raising=False)
-    code = cli.main(["mcp", "--namespace", "n", "--actor", "a", "--dsn", "host=/nonexistent"])
-    assert code == 1
-    assert capsys.readouterr().err == cli.MCP_EXTRA_MISSING + "\n"
+def test_without_the_mcp_extra_it_says_which_extra() -> None:
+    # mcp missing: a None entry in sys.modules makes its import fail.
+    code = (
+        "import sys; sys.modules['mcp'] = None; from aidb_memory.cli import main; "
+        "sys.exit(main(['mcp', '--namespace', 'n', '--actor', 'a', '--dsn', 'host=/nonexistent']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PYTHONPATH": str(REPO / "src")},
+    )
+    assert result.returncode == 1
+    assert result.stderr == cli.MCP_EXTRA_MISSING + "\n"
     assert "pip install 'aidb-memory[mcp]'" in cli.MCP_EXTRA_MISSING

@@ -207,9 +207,7 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
         async def add(memory: AsyncMemory) -> Remembered:
             event_id = await memory.add(namespace, actor_id, turns, idempotency_key=key)
             status = await memory.status(namespace, actor_id, event_id)
-            return Remembered(
-                event_id=str(event_id), status=status.status if status else "accepted"
-            )
+            return Remembered(event_id=str(event_id), status=status.status if status else "unknown")
 
         return await run(add)
 
