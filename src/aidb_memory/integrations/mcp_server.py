@@ -147,7 +147,8 @@ class Link:
         try:
             return await call(memory)
         except AidbMemoryError:
-            if not (retry and self.lost):
+            # Lost: this call's connection is closed, or another call has replaced it already.
+            if not (retry and (self.lost or memory is not self._memory)):
                 raise
         return await call(await self.memory())
 
