@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from aidb_memory import __version__
-from aidb_memory.connection import CliError, connect, first_line
+from aidb_memory.connection import CliError, connect, connection_failure, first_line, resolve_dsn
 from aidb_memory.migrations import SqlSourceError
 from aidb_memory.sources import SourceTree, default_tree
 
@@ -238,6 +238,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main()
 
 
+MCP_EXTRA_MISSING = (
+    "aidb-memory mcp: the MCP server needs the mcp package, which the package installs only with "
+    "the mcp extra: pip install 'aidb-memory[mcp]'"
+)
+
+
+def _mcp_actor(args: argparse.Namespace) -> str:
+    """The actor of ``--actor`` or ``--actor-from-env``; the empty string if there is none."""
+    if args.actor is not None:
+        return str(args.actor)
+    return os.environ.get(args.actor_from_env, "")
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    actor = _mcp_actor(args)
+    if not actor:
+        where = "--actor" if args.actor is not None else f"${args.actor_from_env}"
+        print(f"aidb-memory mcp: no actor: {where} is empty or not set", file=sys.stderr)
+        return 2
+    try:
+        from aidb_memory.integrations import mcp_server
+    except ModuleNotFoundError as e:
+        # mcp is not a runtime dependency (only the MCP server needs it).
+        if (e.name or "").split(".")[0] in ("mcp", "pydantic"):
+            raise CliError(MCP_EXTRA_MISSING) from e
+        raise
+    from aidb_memory.client import AidbMemoryError, ConnectionFailed
+
+    dsn = resolve_dsn(args.dsn)
+    try:
+        return mcp_server.main(dsn, args.namespace, actor)
+    except ConnectionFailed as e:  # before serving: a wrong --dsn
+        raise CliError(connection_failure(str(e.pgerror or e.message), dsn)) from None
+    except AidbMemoryError as e:  # before serving: a wrong namespace or actor
+        # The message of the check the server makes before it serves, without its function.
+        reason = e.message.removeprefix(f"aidb_memory.{e.function}: ") if e.function else e.message
+        line = f"aidb-memory: mcp: {reason}"
+        raise CliError(line + (f" (hint: {e.hint})" if e.hint else "")) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aidb-memory",
@@ -333,6 +373,23 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_events_retry)
     p = sub.add_parser("demo", help="the walkthrough on a throwaway server")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve an actor's long-term memory to an agent over MCP (stdio)",
+        description="An MCP server on stdin/stdout with the tools search_memories, remember, "
+        "list_memories and forget_memory, bound to one namespace and actor. Needs the mcp "
+        "extra: pip install 'aidb-memory[mcp]'.",
+    )
+    p.add_argument("--namespace", required=True, help="the namespace of the memories")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--actor", help="the actor whose memories the tools read and write")
+    who.add_argument(
+        "--actor-from-env",
+        metavar="VAR",
+        help="take the actor from this environment variable (set by the host)",
+    )
+    p.set_defaults(func=cmd_mcp)
     return parser
 
 

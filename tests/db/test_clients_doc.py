@@ -2,19 +2,24 @@
 fresh database per section.
 
 Each section gets the namespace ``helpdesk`` (made by an admin), ``DATABASE_URL``, a
-``postgresql://`` URL connecting as ``app_user`` (in ``aidb_users``), and ``OPENAI_BASE_URL`` /
+``postgresql://`` URL connecting as ``app_user`` (in ``aidb_users``), ``OPENAI_BASE_URL`` /
 ``OPENAI_API_KEY`` pointing at a fake OpenAI server (tests/fake_openai.py;
-``OPENAI_AGENTS_DISABLE_TRACING`` too, so that no trace is sent anywhere); its blocks run in one
-shared namespace of variables, as one script would. A section for another client adds its blocks
-in a language below: ``python`` runs here; ``sql`` runs through psql connected to
-``DATABASE_URL`` (``-X -q -A -t``, ``ON_ERROR_STOP``), and a ``text`` block right after it (only
-blank lines between) is what it must print, as in docs/reference.md (tests/db/test_docs.py); a
-language without a runner fails the test (so every example is run), except those of ``NOT_RUN``.
+``OPENAI_AGENTS_DISABLE_TRACING`` too, so that no trace is sent anywhere) and, first on ``PATH``,
+an ``aidb-memory`` command that runs this checkout's package (for examples that start it as a
+subprocess, as a host would); its blocks run in one shared namespace of variables, as one script
+would. A section for another client adds its blocks in a language below: ``python`` runs here;
+``sql`` runs through psql connected to ``DATABASE_URL`` (``-X -q -A -t``, ``ON_ERROR_STOP``), and
+a ``text`` block right after it (only blank lines between) is what it must print, as in
+docs/reference.md (tests/db/test_docs.py); a language without a runner fails the test (so every
+example is run), except those of ``NOT_RUN``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import sys
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -28,8 +33,8 @@ from conftest import APP_USER, REPO, Database, psql
 from fake_openai import FakeOpenAI
 
 DOC = REPO / "docs" / "clients.md"
-# Install commands and outputs are shown, not run.
-NOT_RUN = {"sh", "text"}
+# Install commands, outputs and configuration files are shown, not run.
+NOT_RUN = {"sh", "text", "json"}
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
@@ -122,9 +127,24 @@ def test_the_page_has_sections_with_examples() -> None:
         assert not unknown, f"section {title!r}: no runner for {sorted(unknown)}"
 
 
+def command_on_path(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put an ``aidb-memory`` that runs this checkout's package first on ``PATH``."""
+    command = directory / "aidb-memory"
+    command.write_text(
+        f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO / 'src'))} "
+        f'exec {shlex.quote(sys.executable)} -m aidb_memory "$@"\n'
+    )
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 @pytest.mark.parametrize("title", sorted(sections()))
 def test_section_runs(
-    title: str, db: Database, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    title: str,
+    db: Database,
+    fake: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     db.sql("SELECT aidb_memory.init('helpdesk')")
     url = database_url(db.dsn(APP_USER))
@@ -132,6 +152,7 @@ def test_section_runs(
     monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    command_on_path(tmp_path, monkeypatch)
     scope: dict[str, Any] = {"__name__": "__clients_doc__", "__database_url__": url}
     outputs = expected_outputs()[title]
     for index, (language, code) in enumerate(sections()[title]):

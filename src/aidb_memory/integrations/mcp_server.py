@@ -1,0 +1,264 @@
+"""``aidb-memory mcp``: an MCP server that gives an agent the long-term memory of one actor.
+
+Built on the official ``mcp`` package (the ``[mcp]`` extra) and the typed client. The server is
+bound to one namespace and one actor when it starts; its tools never take either, so the model
+cannot read or erase another actor's memories. The tools:
+
+- ``search_memories(query, limit)``: the actor's current memories that best match a query;
+- ``remember(fact)``: a user turn with the fact, added without a session, for the extraction
+  worker to turn into memories (it answers with the event's id and status: ``accepted``, or
+  ``skipped`` when the namespace does not extract);
+- ``list_memories(limit)``: the actor's current memories, newest first;
+- ``forget_memory(memory_id, reason)``: delete one memory by id, audited with the reason.
+
+There is deliberately no tool that reads a session: the host owns the conversation.
+
+A failure of a call (an error the SQL API raised) comes back as an MCP tool error whose text is
+the server's message (with its SQLSTATE and hint), never a traceback. A connection lost between
+calls is reopened on the next call; a read or ``remember`` that meets the lost connection is
+tried once more on a new one (``remember`` carries an idempotency key, so it never stores a
+fact twice), a ``forget_memory`` is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import psycopg
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from psycopg import conninfo
+from pydantic import BaseModel, Field
+
+from aidb_memory import __version__
+from aidb_memory.client import AidbMemoryError, AsyncMemory, MemoryRecord, SearchHit
+from aidb_memory.client.errors import from_psycopg
+
+__all__ = [
+    "Forgotten",
+    "FoundMemory",
+    "Link",
+    "Memories",
+    "MemoryItem",
+    "Remembered",
+    "SearchResult",
+    "build_server",
+    "serve",
+]
+
+T = TypeVar("T")
+
+SERVER_NAME = "aidb-memory"
+APPLICATION_NAME = "aidb-memory mcp"
+
+
+class MemoryItem(BaseModel):
+    """One long-term memory of the actor."""
+
+    id: str = Field(description="the memory's id (for forget_memory)")
+    content: str = Field(description="the fact")
+    created_at: str = Field(description="when it was stored (ISO 8601)")
+
+
+class FoundMemory(MemoryItem):
+    """A memory that search_memories found."""
+
+    score: float = Field(description="how well it matches the query, in [0, 1]")
+
+
+class SearchResult(BaseModel):
+    memories: list[FoundMemory] = Field(description="best match first")
+
+
+class Memories(BaseModel):
+    memories: list[MemoryItem] = Field(description="newest first")
+
+
+class Remembered(BaseModel):
+    event_id: str = Field(description="the id of the event recorded for extraction")
+    status: str = Field(
+        description="accepted: the extraction worker will turn it into memories; skipped: "
+        "this namespace does not extract memories, so nothing will be stored"
+    )
+
+
+class Forgotten(BaseModel):
+    deleted: int = Field(description="how many memories were deleted (1)")
+
+
+def _found(hit: SearchHit) -> FoundMemory:
+    return FoundMemory(
+        id=str(hit.id),
+        content=hit.content,
+        created_at=hit.created_at.isoformat(),
+        score=float(hit.score),
+    )
+
+
+def _item(record: MemoryRecord) -> MemoryItem:
+    return MemoryItem(
+        id=str(record.id), content=record.content, created_at=record.created_at.isoformat()
+    )
+
+
+def _tool_error(error: AidbMemoryError) -> ToolError:
+    """The MCP tool error for a failed call: the server's message, its SQLSTATE and hint."""
+    return ToolError(str(error))
+
+
+class Link:
+    """The server's connection: one autocommit connection from a DSN, opened again when it was
+    lost. ``memory()`` is the client on the current connection."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._memory: AsyncMemory | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def lost(self) -> bool:
+        return self._conn is None or self._conn.closed
+
+    async def memory(self) -> AsyncMemory:
+        async with self._lock:
+            if self._memory is None or self.lost:
+                await self._close()
+                try:
+                    dsn = self.dsn
+                    named = conninfo.conninfo_to_dict(dsn).get("application_name")
+                    if not (named or os.environ.get("PGAPPNAME")):
+                        dsn = conninfo.make_conninfo(dsn, application_name=APPLICATION_NAME)
+                    self._conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+                except psycopg.Error as error:
+                    raise from_psycopg(error) from error
+                self._memory = AsyncMemory(self._conn)
+            return self._memory
+
+    async def run(self, call: Callable[[AsyncMemory], Awaitable[T]], *, retry: bool) -> T:
+        """``call`` on the current connection; with ``retry``, once more on a new connection
+        when the connection was lost during it."""
+        memory = await self.memory()
+        try:
+            return await call(memory)
+        except AidbMemoryError:
+            # Lost: this call's connection is closed, or another call has replaced it already.
+            if not (retry and (self.lost or memory is not self._memory)):
+                raise
+        return await call(await self.memory())
+
+    async def _close(self) -> None:
+        conn, self._conn, self._memory = self._conn, None, None
+        if conn is not None and not conn.closed:
+            await conn.close()
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._close()
+
+
+def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
+    """The MCP server with the four memory tools, bound to ``namespace`` and ``actor_id``."""
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME,
+        version=__version__,
+        instructions=(
+            "Long-term memory of the user across conversations (aidb_memory). Search it before "
+            "answering when earlier facts about the user could matter; remember a lasting fact "
+            "the user states (a preference, a detail of their situation); forget a memory the "
+            "user asks you to forget or that is wrong."
+        ),
+    )
+
+    async def run(call: Callable[[AsyncMemory], Awaitable[T]], *, retry: bool = True) -> T:
+        try:
+            return await link.run(call, retry=retry)
+        except AidbMemoryError as error:
+            raise _tool_error(error) from error
+
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    async def search_memories(
+        query: Annotated[str, Field(description="what to look for, in words")],
+        limit: Annotated[int, Field(description="at most this many (1 to 100)")] = 10,
+    ) -> SearchResult:
+        """Search the user's long-term memories: the current facts that best match the query,
+        best first."""
+        hits = await run(lambda m: m.search(namespace, actor_id, query, limit=limit))
+        return SearchResult(memories=[_found(hit) for hit in hits])
+
+    @server.tool(annotations=ToolAnnotations(open_world_hint=False))
+    async def remember(
+        fact: Annotated[
+            str, Field(description="the fact, in a sentence, e.g. 'I prefer window seats'")
+        ],
+    ) -> Remembered:
+        """Remember a lasting fact about the user. It is stored as something the user said;
+        the memory extraction worker turns it into memories shortly after (merging it with
+        what is known: a changed fact replaces the old one)."""
+        key = f"mcp-{uuid.uuid4()}"  # a retry on a new connection stores nothing twice
+        turns = [{"role": "user", "content": fact}]
+
+        async def add(memory: AsyncMemory) -> Remembered:
+            event_id = await memory.add(namespace, actor_id, turns, idempotency_key=key)
+            status = await memory.status(namespace, actor_id, event_id)
+            return Remembered(event_id=str(event_id), status=status.status if status else "unknown")
+
+        return await run(add)
+
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    async def list_memories(
+        limit: Annotated[int, Field(description="at most this many (1 to 1000)")] = 50,
+    ) -> Memories:
+        """List the user's current long-term memories, newest first."""
+        records = await run(lambda m: m.list_memories(namespace, actor_id, limit=limit))
+        return Memories(memories=[_item(record) for record in records])
+
+    @server.tool(
+        annotations=ToolAnnotations(
+            destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def forget_memory(
+        memory_id: Annotated[
+            str, Field(description="the memory's id, from search_memories or list_memories")
+        ],
+        reason: Annotated[str, Field(description="why, for the audit log (e.g. 'the user asked')")],
+    ) -> Forgotten:
+        """Delete one of the user's memories by id, for good (the reason is audited)."""
+        deleted = await run(
+            lambda m: m.delete(namespace, actor_id, {"ids": [memory_id]}, reason),
+            retry=False,
+        )
+        if deleted == 0:
+            raise ToolError(f"no memory of this user has the id {memory_id}")
+        return Forgotten(deleted=deleted)
+
+    return server
+
+
+async def serve(dsn: str, namespace: str, actor_id: str) -> None:
+    """Connect, check that the namespace and actor can be used (a wrong one fails here, before
+    any tool runs, with an :class:`AidbMemoryError`), then serve MCP over stdin and stdout until
+    the host closes stdin."""
+    link = Link(dsn)
+    try:
+        memory = await link.memory()
+        await memory.list_memories(namespace, actor_id, limit=1)
+        await build_server(link, namespace, actor_id).run_stdio_async()
+    finally:
+        await link.close()
+
+
+def main(dsn: str, namespace: str, actor_id: str) -> int:
+    """Run :func:`serve` (what ``aidb-memory mcp`` calls)."""
+    asyncio.run(serve(dsn, namespace, actor_id))
+    return 0
