@@ -215,6 +215,7 @@ _LOCK_FOR_ADD = f"""
 SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
+       s.pinned_seq,
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
@@ -263,19 +264,9 @@ WITH e AS (
         tail_sequence_id = $22, tail_round_start = $23, open_calls = $24,
         last_user_seq = coalesce($25, last_user_seq), tail_joinable = $29,
         tail_item_type = $30,
-        -- The instructions prefix (pin_instructions): while every turn so far is one, the
-        -- batch's leading system/developer turns extend it.
-        pinned_seq = CASE WHEN pinned_seq = next_seq - 1 THEN pinned_seq + (
-            SELECT count(*) FROM unnest($15::text[]) WITH ORDINALITY AS p(role, o)
-            WHERE p.o < coalesce((SELECT min(q.o) FROM unnest($15::text[]) WITH ORDINALITY
-                                  AS q(role, o) WHERE q.role NOT IN ('system', 'developer')),
-                                 cardinality($15::text[]) + 1)) ELSE pinned_seq END,
-        pinned_chars = CASE WHEN pinned_seq = next_seq - 1 THEN pinned_chars + (
-            SELECT coalesce(sum(p.chars), 0) FROM unnest($15::text[], $14::int[]) WITH ORDINALITY
-                AS p(role, chars, o)
-            WHERE p.o < coalesce((SELECT min(q.o) FROM unnest($15::text[]) WITH ORDINALITY
-                                  AS q(role, o) WHERE q.role NOT IN ('system', 'developer')),
-                                 cardinality($15::text[]) + 1)) ELSE pinned_chars END
+        -- The instructions prefix (pin_instructions) grows by the batch's leading
+        -- system/developer turns while every turn so far is one (computed under the row lock).
+        pinned_seq = pinned_seq + $31, pinned_chars = pinned_chars + $32
     WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
 )
 -- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
@@ -288,10 +279,11 @@ _STORE_TYPES = (
     *("bigint", "bigint", "bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 7,
     *("text", "bigint", "text[]", "bigint", "bigint"),
-    *("text[]", "text[]", "boolean", "text"),
+    *("text[]", "text[]", "boolean", "text", "bigint", "bigint"),
 )
 _NO_TURNS: tuple[Any, ...] = ([],) * 10
-_NO_ITEMS: tuple[Any, ...] = ([], [], False, None)
+_INSTRUCTION_ROLES = frozenset(("system", "developer"))
+_NO_ITEMS: tuple[Any, ...] = ([], [], False, None, 0, 0)
 
 
 def _event_status(ns: Namespace) -> str:
@@ -429,11 +421,23 @@ def add(
     after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
     offsets, running = [], int(row["total_chars"])
     last_user = None
+    # The instructions prefix extends only while every turn so far belongs to it.
+    pinning = int(row["pinned_seq"]) == first_seq - 1
+    items = False
+    pinned_turns = pinned_chars = 0
     for i, t in enumerate(checked):
         offsets.append(running)
         running += t.chars
         if t.role == "user":
             last_user = first_seq + i
+        if t.item is not None:
+            items = True
+        if pinning:
+            if t.role in _INSTRUCTION_ROLES:
+                pinned_turns += 1
+                pinned_chars += t.chars
+            else:
+                pinning = False
     stored = db.execute(
         _STORE,
         _STORE_TYPES,
@@ -464,10 +468,13 @@ def add(
             after.open_calls,
             last_user,
             running - int(row["total_chars"]),
-            [None if t.item is None else json.dumps(t.item) for t in checked],
-            [None if t.item is None else t.shape for t in checked],
+            # Plain chat turns keep no item: NULL arrays, which unnest pads with NULLs.
+            [None if t.item is None else json.dumps(t.item) for t in checked] if items else None,
+            [None if t.item is None else t.shape for t in checked] if items else None,
             after.joinable,
             after.last_type,
+            pinned_turns,
+            pinned_chars,
         ),
     )
     if stored.nrows():
