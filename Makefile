@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap test lint typecheck unit demo bench clean
+.PHONY: bootstrap test lint typecheck unit demo bench bench-compare clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -24,6 +24,13 @@ demo: bootstrap
 bench:
 	@BOOTSTRAP_BENCH=1 scripts/bootstrap.sh
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# This checkout against another revision, side by side in one server (bench/compare.py).
+bench-compare: bootstrap
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<git revision>" >&2; exit 2; }
+	@dir=$$(mktemp -d) && trap 'git worktree remove --force "$$dir/base"; rm -rf "$$dir"' EXIT && \
+	git worktree add -q --detach "$$dir/base" "$(BASE)" && \
+	$(PY) bench/compare.py "$(BASE)=$$dir/base" "HEAD=." $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build

@@ -1,0 +1,110 @@
+"""`make bench-compare BASE=<rev>`: our hot paths at two versions of the code, side by side.
+
+`make bench` compares us with plain SQL and with the peer within one version; its ratios move by
+±0.05 from run to run because the machine drifts between and within runs. A question such as
+"did this change make `add` 5% slower?" needs both versions measured in the same run, in the same
+server, alternating: this script installs each source tree into its own database of one
+throwaway server and times (a) `add` of the 2-turn exchange and (b) `session_get` with
+`limit_chars => 8000` on a 1,000-turn session, a burst of one version, then of the other, in
+alternating order, and prints each version's median and its ratio to the first.
+
+    .venv/bin/python bench/compare.py before=/path/to/old/checkout after=.
+
+Each tree is installed by its own installer (``PYTHONPATH=<tree>/src``), so any two commits
+that have the installer can be compared; `make bench-compare` makes the worktree of BASE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import A_TURNS, ADD, GET, NS, exchange  # noqa: E402  (bench/ is not a package)
+
+from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
+
+ACTOR = "alice"
+# The tree's own installer, run in a child process so that each version imports its own package.
+INSTALL = """
+import sys, psycopg
+from aidb_memory.installer import Package, install
+with psycopg.connect(sys.argv[1]) as conn:
+    install(conn, Package.load(), say=lambda _line: None)
+    conn.commit()
+"""
+
+
+def prepare(dsn: str, tree: Path) -> psycopg.Connection[Any]:
+    """Install ``tree`` into ``dsn``'s database and build the 1,000-turn session of (b)."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("SELECT aidb_memory.init(%s)", (NS,))
+    for sid in ("a", "small"):
+        conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
+    for seq in range(1, 1000, 2):
+        conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
+    conn.execute("ANALYZE")
+    return conn
+
+
+def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
+    """Mean µs of ``n`` calls of ``op``."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if op == "add":
+            conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
+        else:
+            conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs="+", metavar="LABEL=PATH", help="source trees to compare")
+    parser.add_argument("--rounds", type=int, default=80, help="alternating rounds (default 80)")
+    parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
+    args = parser.parse_args()
+    trees = []
+    for spec in args.trees:
+        label, sep, path = spec.partition("=")
+        if not sep or not (Path(path) / "src" / "aidb_memory").is_dir():
+            parser.error(f"{spec!r}: expected LABEL=PATH of a source tree with src/aidb_memory")
+        trees.append((label, Path(path).resolve()))
+    times: dict[tuple[str, str], list[float]] = {}
+    with ThrowawayServer() as server:
+        conns = {}
+        for i, (label, tree) in enumerate(trees):
+            with psycopg.connect(server.dsn(), autocommit=True) as admin:
+                admin.execute(f"CREATE DATABASE compare_{i}")
+            print(f"compare: installing {label} ({tree})", flush=True)
+            conns[label] = prepare(server.dsn(f"compare_{i}"), tree)
+        for r in range(args.rounds):
+            for label, _ in trees if r % 2 == 0 else trees[::-1]:
+                for op in ("add", "get"):
+                    times.setdefault((label, op), []).append(burst(conns[label], op, args.burst))
+            if (r + 1) % 20 == 0:
+                print(f"compare: {r + 1}/{args.rounds} rounds", flush=True)
+        for conn in conns.values():
+            conn.close()
+    for op, what in (("add", "(a) add"), ("get", "(b) session_get 8,000 chars")):
+        first = statistics.median(times[(trees[0][0], op)])
+        for label, _ in trees:
+            median = statistics.median(times[(label, op)])
+            print(f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
