@@ -327,10 +327,12 @@ def test_a_timeout_is_call_failed(
     _model(db, "chat", fake.base_url)
     _namespace(db, "chat", llm_timeout_s=1)
     _long_session(app)
-    fake.queue(Reply(content="too late", delay=4))
+    fake.queue(Reply(content="too late", delay=30))
     started = time.monotonic()
     _assert_ordinary(_get(app, 1000), "compaction_call_failed")
-    assert time.monotonic() - started < 3.5
+    # Long before the answer would come: the 1 s timeout ended the call (the margin is for a
+    # loaded machine, where the backend's first `import openai` alone can take seconds).
+    assert time.monotonic() - started < 20
     assert _usage(db) == [("chat", "compaction", "timeout")]
 
 
