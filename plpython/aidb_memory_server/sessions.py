@@ -887,7 +887,8 @@ def _hold_compaction_lock(namespace_id: int, actor: str, sid: str) -> Any:
             raise ApiError(
                 LOCK_NOT_AVAILABLE,
                 f"aidb_memory.session_pop: session {quote(sid)} is being compacted",
-                hint="a read is summarizing its history with a model; retry in a few seconds",
+                hint="a read is summarizing its history with a model (or another transaction "
+                "popping from it is still open); retry in a few seconds",
             )
         # pg_sleep, not time.sleep: a cancel or statement_timeout ends the wait.
         db.execute(_SLEEP, ("float8",), (min(_POP_RETRY_S, deadline - now),))

@@ -30,9 +30,7 @@ SLOW_FAILURE_S = 3.0  # the failing call: a 500 after this long
 def _setup(db: Database, fake: FakeOpenAI, **config: Any) -> None:
     opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql(
-        "SELECT aidb_memory.init(%s, '{\"llm\": \"chat\"}', %s::jsonb)", (NS, json.dumps(config))
-    )
+    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\', %s::jsonb)', (NS, json.dumps(config)))
 
 
 def _long_session(conn: psycopg.Connection[Any], session: str = "s") -> None:
@@ -140,7 +138,7 @@ def test_another_model_is_not_cooled_down(
     _long_session(app)
     fake.queue(Reply(status=500), Reply(content="S" * 200))
     assert _read(app) == (0, ["compaction_call_failed"])
-    db.sql("SELECT aidb_memory.namespace_update(%s, model_spec => '{\"llm\": \"other\"}')", (NS,))
+    db.sql('SELECT aidb_memory.namespace_update(%s, model_spec => \'{"llm": "other"}\')', (NS,))
     assert _read(app) == (15, [])
     assert [r.body["model"] for r in fake.calls()] == ["fake-chat", "other-chat"]
 

@@ -73,7 +73,7 @@ def in_flight(db: Database, fake: FakeOpenAI) -> Iterator[_CompactingRead]:
     """A session of 20 turns of 100 chars whose budgeted read is in its model call."""
     opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql("SELECT aidb_memory.init(%s, '{\"llm\": \"chat\"}', '{\"llm_timeout_s\": 60}')", (NS,))
+    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\', \'{"llm_timeout_s": 60}\')', (NS,))
     with db.connect(APP_USER) as app:
         for i in range(1, 11):
             _add(app, i)
