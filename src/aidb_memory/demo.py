@@ -778,7 +778,10 @@ _COMPACTION_CALLS = """
 
 # What each warning of a budgeted read means, for the narration.
 _WARNINGS = {
-    "compaction_call_failed": "the model call failed; model_calls below has the error",
+    "compaction_call_failed": (
+        "the model call failed (now, or less than compaction_cooldown_s ago: then no call was"
+        " made); model_calls below has the error"
+    ),
     "compaction_summary_overlength": (
         "the model's summary was still longer than the target after one retry"
     ),
