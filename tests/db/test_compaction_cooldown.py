@@ -180,3 +180,42 @@ def test_the_cool_down_is_validated(db: Database, value: Any) -> None:
             "SELECT aidb_memory.init(%s, '{}', %s::jsonb)",
             (NS, json.dumps({"compaction_cooldown_s": value})),
         )
+
+
+def _still_due(conn: psycopg.Connection[Any], ref: int, model: str, cooldown_s: int = 60) -> Any:
+    """compactor.still_due, called in this backend (the package is loaded by a first call)."""
+    conn.execute("SELECT aidb_memory.session_list(%s, 'alice')", (NS,))
+    conn.execute(
+        f"""
+        DO LANGUAGE plpython3u $$
+        from aidb_memory_server import compactor
+        answer = compactor.still_due({ref}, {model!r}, {{"compaction_cooldown_s": {cooldown_s}}})
+        plpy.execute("SELECT set_config('test.still_due', %s, false)" % plpy.quote_literal(
+            answer or "due"))
+        $$
+        """
+    )
+    row = conn.execute("SELECT current_setting('test.still_due')").fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_still_due_is_what_a_queued_compaction_asks_before_its_call(
+    db: Database, fake: FakeOpenAI, app: psycopg.Connection[Any]
+) -> None:
+    """The check a compaction decided earlier (a task) makes under the lock before calling."""
+    _setup(db, fake)
+    _long_session(app)
+    ref = db.value("SELECT id FROM aidb_memory.session WHERE session_id = 's'")
+    with db.connect() as su:
+        assert _still_due(su, ref, "chat") == "due"
+        fake.queue(Reply(status=500))
+        assert _read(app) == (0, ["compaction_call_failed"])
+        assert _still_due(su, ref, "chat") == "compaction_call_failed"
+        assert _still_due(su, ref, "other") == "due", "another model is not cooled down"
+        assert _still_due(su, ref, "chat", cooldown_s=0) == "due"
+        su.execute("BEGIN READ ONLY")
+        assert _still_due(su, ref, "chat") == "compaction_read_only"
+        su.execute("ROLLBACK")
+        app.execute("SELECT aidb_memory.session_delete(%s, 'alice', 's', 'still_due test')", (NS,))
+        assert _still_due(su, ref, "chat") == "compaction_busy", "the session is gone"
