@@ -1,6 +1,7 @@
 -- Locks that only our code can take (migration 0007_locks): the compaction lock row of a session
--- goes with the session. A statement trigger, so that forget or namespace_drop costs one statement
--- however many sessions go.
+-- goes with the session, and so do its compaction cool-downs (migration 0012_compaction_cooldown).
+-- A statement trigger, so that forget or namespace_drop costs one statement however many sessions
+-- go.
 CREATE OR REPLACE FUNCTION aidb_memory.compaction_locks_removed()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -17,11 +18,18 @@ BEGIN
                             FROM aidb_memory.compaction_lock AS c
                             JOIN removed AS r ON r.id = c.session_ref
                             FOR UPDATE OF c SKIP LOCKED);
+    -- Their compaction cool-downs (compaction_failure) too, skipping, for the same reason, a row
+    -- that a failing compaction is writing at that moment.
+    DELETE FROM aidb_memory.compaction_failure AS f
+    WHERE (f.session_ref, f.model_name) IN (SELECT c.session_ref, c.model_name
+                                            FROM aidb_memory.compaction_failure AS c
+                                            JOIN removed AS r ON r.id = c.session_ref
+                                            FOR UPDATE OF c SKIP LOCKED);
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.compaction_locks_removed() IS
-'Trigger (internal): removes the compaction lock rows (compaction_lock) of deleted sessions.';
+'Trigger (internal): removes the compaction lock rows (compaction_lock) and cool-downs (compaction_failure) of deleted sessions.';
 
 CREATE OR REPLACE TRIGGER compaction_locks_removed AFTER DELETE ON aidb_memory.session
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT

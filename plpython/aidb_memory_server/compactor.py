@@ -11,14 +11,21 @@ returns the warning that says why no summary was written, or nothing when one wa
   of the session busy.
 - A transaction that cannot write (READ ONLY, a hot standby) stops first: ``compaction_read_only``,
   no model call whose summary could not be stored.
+- A failed model call starts a cool-down for that (session, model): a row of
+  ``compaction_failure`` (migration 0012_compaction_cooldown), written where the call's usage row
+  is (outside any savepoint of ours, so it stays whatever the read does next, and other backends
+  see it once the read's transaction commits). For ``compaction_cooldown_s`` after it, a compaction
+  of that session that would call that model returns ``compaction_call_failed`` at once: no call,
+  no lock taken, no wait on a failing endpoint. A stored summary clears the session's rows.
 - The state is read again under the lock (another backend may have compacted meanwhile).
 - The cut is chosen in SQL over the char offsets (``_CUT``), and only the turns to summarize are
   read, at most ``compaction_max_input_chars`` of them (a larger round: its head and tail), so a
   compaction costs the same on a session of any length.
 - The model is called outside any savepoint, so its usage row stays whatever happens next; the
   summary is written only if the turns it covers are still there as they were read.
-  ``session_pop`` takes the same lock (waiting, before it locks the session row, which the
-  summary's foreign key needs), so it never removes a turn being summarized.
+  ``session_pop`` takes the same lock (waiting at most a few seconds, then 55P03; before it locks
+  the session row, which the summary's foreign key needs), so it never removes a turn being
+  summarized. ``add`` never touches this row: it never waits for a compaction.
 - Every database statement runs in its own subtransaction (PL/Python's), so a database error
   becomes a warning and leaves nothing behind.
 - A cancelled statement is the one failure that is not turned into a warning: it ends the read.
@@ -161,6 +168,26 @@ WHERE s.id = $1 AND s.tail_round_start > $3
                   WHERE x.session_ref = $1 AND x.to_seq >= $2)
 """
 _STORE_TYPES = ("bigint", "bigint", "bigint", "text", "int", "text", "bigint", "bigint", "text")
+# The cool-down (migration 0012_compaction_cooldown): clock_timestamp, not now(), so that a long
+# transaction neither starts nor ends one early.
+_COOLING = """
+SELECT 1 FROM aidb_memory.compaction_failure
+WHERE session_ref = $1 AND model_name = $2
+  AND failed_at > pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3)
+"""
+# Only for a session that is still there: a deleted one's row would never be removed.
+_FAILED = """
+INSERT INTO aidb_memory.compaction_failure (session_ref, model_name, failed_at)
+SELECT $1, $2, pg_catalog.clock_timestamp()
+WHERE EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1)
+ON CONFLICT (session_ref, model_name) DO UPDATE SET failed_at = excluded.failed_at
+"""
+_RECOVERED = "DELETE FROM aidb_memory.compaction_failure WHERE session_ref = $1"
+_EXISTS = """
+SELECT pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR pg_catalog.pg_is_in_recovery() AS read_only,
+       EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1) AS found
+"""
 
 
 def session_compact(
@@ -199,6 +226,8 @@ def session_compact(
         return ["compaction_model_unavailable"]
     if ns["read_only"]:
         return ["compaction_read_only"]  # nowhere to store a summary: no model call
+    if cooling_down(session_ref, name, config):
+        return ["compaction_call_failed"]  # failed a moment ago: not again, and not waited on
     try:
         model = llm.load("session_get", name)
     except Exception:
@@ -223,6 +252,62 @@ def session_compact(
     if warnings:
         _drop_lock_if_deleted(session_ref)
     return warnings
+
+
+def still_due(session_ref: int, model_name: str, config: dict[str, Any]) -> str | None:
+    """Whether a compaction of session ``session_ref`` may call ``model_name`` now: ``None``, or
+    the warning that says why not. For a compaction that was decided earlier (a queued task), to
+    be asked right before the call, under the session's compaction lock: the transaction can
+    store a summary (``compaction_read_only``), the session still exists (``compaction_busy``:
+    deleted meanwhile) and the model is not in its cool-down for this session
+    (``compaction_call_failed``). Whether the session still needs a summary (a pop or another
+    compaction since) is decided by :func:`_compact` from the state it reads under the lock."""
+    row = db.execute(_EXISTS, ("bigint",), (session_ref,))[0]
+    if row["read_only"]:
+        return "compaction_read_only"
+    if not row["found"]:
+        return "compaction_busy"
+    if cooling_down(session_ref, model_name, config):
+        return "compaction_call_failed"
+    return None
+
+
+def cooling_down(session_ref: int, model_name: str, config: dict[str, Any]) -> bool:
+    """Whether a compaction call of ``model_name`` for this session failed less than the
+    namespace's ``compaction_cooldown_s`` ago (always false when that is 0). As of the caller's
+    snapshot: a failure committed after a REPEATABLE READ transaction began is not seen."""
+    seconds = int(config["compaction_cooldown_s"])
+    if seconds <= 0:
+        return False
+    cooling = db.execute(_COOLING, ("bigint", "text", "int"), (session_ref, model_name, seconds))
+    return bool(cooling.nrows())
+
+
+def record_failure(session_ref: int, model_name: str, config: dict[str, Any]) -> None:
+    """Start the cool-down of ``model_name`` for this session after its compaction call failed
+    (an HTTP error, a timeout, an unusable answer). Called outside any savepoint of ours, like
+    the call's usage row, so it stays whatever the caller does next; visible to other backends
+    when the caller's transaction commits. Never fails the caller: a database error (a
+    REPEATABLE READ conflict with another backend's row) is logged, a cancel goes on."""
+    if int(config["compaction_cooldown_s"]) <= 0:
+        return
+    try:
+        db.execute(_FAILED, ("bigint", "text"), (session_ref, model_name))
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise
+        _log(e)
+
+
+def clear_failures(session_ref: int) -> None:
+    """End the session's cool-downs: a summary was stored, its compaction works again. Never
+    fails the caller (the summary is stored): a database error is logged, a cancel goes on."""
+    try:
+        db.execute(_RECOVERED, ("bigint",), (session_ref,))
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise
+        _log(e)
 
 
 def _drop_lock_if_deleted(session_ref: int) -> None:
@@ -315,6 +400,8 @@ def _compact(
     ]
     text, warning = _summarize(model, sources, target, namespace_id, config["llm_timeout_s"])
     if text is None:
+        if warning == "compaction_call_failed":
+            record_failure(ref, model.name, config)
         return [warning] if warning else []
     first, last = rows[0], rows[-1]
     with plpy.subtransaction():  # the savepoint of SPEC §3
@@ -322,6 +409,7 @@ def _compact(
     if not stored:
         # The session changed under us (a pop, or a compaction committed by another snapshot).
         return ["compaction_busy"]
+    clear_failures(ref)
     if next_round < stop_seq and compaction.needed(end_offset - cut_offset, len(text), limit_chars):
         # Still catching up (the input cap, or a batch larger than the budget): later reads
         # summarize the rest, one step each.

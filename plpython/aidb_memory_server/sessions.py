@@ -8,7 +8,10 @@ two (its plan here, then one window query in SQL whose jsonb never passes throug
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
+
+import plpy
 
 from aidb_memory_server import budget, compaction, db, items, turns, validation
 from aidb_memory_server.errors import (
@@ -770,15 +773,28 @@ _POP = f"""
 DELETE FROM aidb_memory.turn t WHERE t.session_ref = $1 AND t.seq = $2
 RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
 """
-# The session's compaction lock row (migration 0007_locks), waiting for a compaction in flight.
-# Taken before the session row: the compaction holding it needs that row (FOR KEY SHARE, for its
-# summary's foreign key), so the other order would deadlock (issue 10).
+# The session's compaction lock row (migration 0007_locks). Taken before the session row: the
+# compaction holding it needs that row (FOR KEY SHARE, for its summary's foreign key), so the other
+# order would deadlock (issue 10). NOWAIT, tried again until POP_WAIT_S (_hold_compaction_lock):
+# a compaction in flight holds it for its model call, and a pop must not wait on a slow model.
 _COMPACTION_LOCK = """
 SELECT l.session_ref FROM aidb_memory.session s
 JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
 WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
-FOR UPDATE OF l
+FOR UPDATE OF l NOWAIT
 """
+# How long session_pop waits for a compaction of its session in flight (the caller's
+# lock_timeout, when shorter): then 55P03, the turn not popped. A compaction holds the lock row
+# for its model call (up to llm_timeout_s) and to the end of the read's transaction; a pop that
+# proceeded instead could leave a summary of what is now the newest round, which the read's
+# store cannot see while the pop is uncommitted.
+POP_WAIT_S = 5.0
+_POP_RETRY_S = 0.05
+LOCK_NOT_AVAILABLE = "55P03"
+_LOCK_TIMEOUT_S = """
+SELECT extract(epoch FROM pg_catalog.current_setting('lock_timeout')::interval)::float8 AS s
+"""
+_SLEEP = "SELECT pg_catalog.pg_sleep($1)"
 # The session has no lock row (an older release created it while 0007_locks was being
 # installed), or no session: create the row and hold it, or wait for whoever holds it.
 _CREATE_COMPACTION_LOCK = """
@@ -851,6 +867,33 @@ def _tail_after_pop(ref: int, last: int) -> turns.Tail:
     )
 
 
+def _hold_compaction_lock(namespace_id: int, actor: str, sid: str) -> Any:
+    """The session's compaction lock row, locked (no row: none, or no session). A compaction in
+    flight holds it: tried again every 50 ms for POP_WAIT_S, or the caller's ``lock_timeout``
+    when shorter, then 55P03. Each failed try is PL/Python's own subtransaction: nothing stays."""
+    args = (namespace_id, actor, sid)
+    deadline: float | None = None
+    while True:
+        try:
+            return db.execute(_COMPACTION_LOCK, ("bigint", "text", "text"), args)
+        except plpy.SPIError as e:
+            if e.sqlstate != LOCK_NOT_AVAILABLE:
+                raise
+        now = time.monotonic()
+        if deadline is None:
+            limit = float(db.execute(_LOCK_TIMEOUT_S)[0]["s"])
+            deadline = now + (min(limit, POP_WAIT_S) if limit > 0 else POP_WAIT_S)
+        if now >= deadline:
+            raise ApiError(
+                LOCK_NOT_AVAILABLE,
+                f"aidb_memory.session_pop: session {quote(sid)} is being compacted",
+                hint="a read is summarizing its history with a model (or another transaction "
+                "popping from it is still open); retry in a few seconds",
+            )
+        # pg_sleep, not time.sleep: a cancel or statement_timeout ends the wait.
+        db.execute(_SLEEP, ("float8",), (min(_POP_RETRY_S, deadline - now),))
+
+
 def session_pop(
     namespace_name: str | None, actor_id: str | None, session_id: str | None
 ) -> str | None:
@@ -859,9 +902,9 @@ def session_pop(
     ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
     sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
     assert sid is not None
-    # First the compaction lock: it waits for a compaction of this session in flight, which must
-    # not summarize a popped turn; then the session row.
-    held = db.execute(_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
+    # First the compaction lock: it waits (boundedly) for a compaction of this session in
+    # flight, which must not summarize a popped turn; then the session row.
+    held = _hold_compaction_lock(ns.id, actor, sid)
     if not held.nrows():
         held = db.execute(_CREATE_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
     rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))

@@ -20,6 +20,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "llm_timeout_s": 30,
     "compaction_min_target_chars": 200,
     "compaction_max_input_chars": 200_000,
+    # Seconds after a failed compaction call during which that session's compactions do not call
+    # that model again (compaction_call_failed at once); 0: every over-budget read calls it.
+    "compaction_cooldown_s": 60,
     "extraction": True,
     # Budgeted reads return the session's leading system/developer turns first, never summarized.
     "pin_instructions": False,
@@ -45,6 +48,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "llm_timeout_s": (1, 3_600),
     "compaction_min_target_chars": (1, 1_000_000),
     "compaction_max_input_chars": (1_000, 10_000_000),
+    "compaction_cooldown_s": (0, 86_400),
     "max_add_chars": (1_000, 100_000_000),
     "search_max_query_chars": (1, 1_000_000),
     "search_max_words": (1, 10_000),

@@ -778,7 +778,10 @@ _COMPACTION_CALLS = """
 
 # What each warning of a budgeted read means, for the narration.
 _WARNINGS = {
-    "compaction_call_failed": "the model call failed; model_calls below has the error",
+    "compaction_call_failed": (
+        "the model call failed (now, or less than compaction_cooldown_s ago: then no call was"
+        " made); model_calls below has the error"
+    ),
     "compaction_summary_overlength": (
         "the model's summary was still longer than the target after one retry"
     ),
@@ -887,8 +890,10 @@ def _compaction(app: Connection, admin: Connection) -> None:
     else:
         _say(
             f"""
-            {count} compaction calls: without a stored summary, each over-budget read tries
-            again, and each still answers with the newest rounds that fit.
+            Still {count} compaction call: after a failed call, this session's reads do not
+            call that model again for compaction_cooldown_s (60 s by default); they answer at
+            once with compaction_call_failed and the newest rounds that fit. The first
+            over-budget read after the cool-down tries again.
             """
         )
 
