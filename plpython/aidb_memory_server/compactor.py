@@ -27,12 +27,17 @@ returns the warning that says why no summary was written, or nothing when one wa
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plpy
 
-from aidb_memory_server import compaction, db, endpoints, llm, validation
+from aidb_memory_server import compaction, db, endpoints, validation
 from aidb_memory_server.compaction import Source
+
+if TYPE_CHECKING:
+    # Imported where a model is called: a read that returns before that loads none of it
+    # (docs/architecture.md, "Loading the code").
+    from aidb_memory_server import llm
 
 QUERY_CANCELED = "57014"
 
@@ -199,6 +204,8 @@ def session_compact(
         return ["compaction_model_unavailable"]
     if ns["read_only"]:
         return ["compaction_read_only"]  # nowhere to store a summary: no model call
+    from aidb_memory_server import llm
+
     try:
         model = llm.load("session_get", name)
     except Exception:
@@ -352,6 +359,8 @@ def _summarize(
     model: llm.Model, sources: list[Source], target: int, namespace_id: int, timeout_s: float
 ) -> tuple[str | None, str | None]:
     """(summary, None), or (None, the warning that says why there is none)."""
+    from aidb_memory_server import llm
+
     span = (sources[0].seq, sources[-1].seq)
     if model.provider == "builtin":
         messages = compaction.extractive_sources(sources)

@@ -1,0 +1,22 @@
+-- Compiled server-side code (issue 13: first calls are fast). Install compiles each module of
+-- runtime_modules with the server's own Python (a DO block in plpython3u, boot.store_bytecode)
+-- and stores the marshalled code here; a backend's first call then loads that instead of
+-- compiling the source. boot.py uses a row only when its magic number is the running Python's
+-- and its source_md5 is the md5 of the source stored now, so a new server Python, an upgrade or
+-- a hand edit of a module falls back to the source until the next install compiles again.
+-- Like runtime_modules, whose rows the server imports as code, only install writes it: no role
+-- other than the owner has any privilege on it (the trust checks require a superuser owner).
+CREATE TABLE aidb_memory.runtime_bytecode (
+    name        text PRIMARY KEY,
+    -- importlib.util.MAGIC_NUMBER of the Python that compiled it.
+    magic       bytea NOT NULL,
+    -- sys.version_info of that Python, for people (the magic number is what counts).
+    python      text NOT NULL,
+    source_md5  text NOT NULL,
+    code        bytea NOT NULL,
+    compiled_at timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON aidb_memory.runtime_bytecode FROM PUBLIC;
+COMMENT ON TABLE aidb_memory.runtime_bytecode IS
+'The marshalled code of each module of runtime_modules, compiled by install with the server''s '
+'Python; boot.py loads it when its magic number and source md5 still match (issue 13).';
