@@ -5,7 +5,8 @@
 -- and its source_md5 is the md5 of the source stored now, so a new server Python, an upgrade or
 -- a hand edit of a module falls back to the source until the next install compiles again.
 -- Like runtime_modules, whose rows the server imports as code, only install writes it: no role
--- other than the owner has any privilege on it (the trust checks require a superuser owner).
+-- other than the owner has any privilege on it (sql/90_privileges.sql revokes every table's from
+-- everyone; the trust checks require a superuser owner).
 CREATE TABLE aidb_memory.runtime_bytecode (
     name        text PRIMARY KEY,
     -- importlib.util.MAGIC_NUMBER of the Python that compiled it.
@@ -19,7 +20,6 @@ CREATE TABLE aidb_memory.runtime_bytecode (
 -- Stored uncompressed (out of line): a first call then only copies it, ~400 kB in all, where
 -- decompressing it cost about 1 ms.
 ALTER TABLE aidb_memory.runtime_bytecode ALTER COLUMN code SET STORAGE EXTERNAL;
-REVOKE ALL ON aidb_memory.runtime_bytecode FROM PUBLIC;
 COMMENT ON TABLE aidb_memory.runtime_bytecode IS
 'The marshalled code of each module of runtime_modules, compiled by install with the server''s '
 'Python; boot.py loads it when its magic number and source md5 still match (issue 13).';
