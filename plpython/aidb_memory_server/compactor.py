@@ -27,16 +27,19 @@ returns the warning that says why no summary was written, or nothing when one wa
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
 
 import plpy
 
-from aidb_memory_server import compaction, db, endpoints, validation
+from aidb_memory_server import compaction, db, validation
 from aidb_memory_server.compaction import Source
 
+# llm is imported where a model is called, endpoints where an error is redacted, typing only by
+# the type checker: a read that returns before a model call loads none of them
+# (docs/architecture.md, "Loading the code").
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    # Imported where a model is called: a read that returns before that loads none of it
-    # (docs/architecture.md, "Loading the code").
+    from typing import Any
+
     from aidb_memory_server import llm
 
 QUERY_CANCELED = "57014"
@@ -246,6 +249,8 @@ def _drop_lock_if_deleted(session_ref: int) -> None:
 
 def _log(e: BaseException) -> None:
     # Never fails the read (SPEC §3): what failed goes to the server log, without content.
+    from aidb_memory_server import endpoints
+
     text = endpoints.redact_urls(" ".join(str(e).split()))[:200]
     plpy.log(f"aidb_memory: compaction failed: {type(e).__name__}: {text}")
 
