@@ -8,6 +8,7 @@ the superuser on the connection that made a call sees that call's ``sys.modules`
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -160,6 +161,12 @@ def _info(db: Database) -> dict[str, Any]:
     return dict(db.value("SELECT aidb_memory.runtime_info()::json"))
 
 
+def _info_of(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    row = conn.execute("SELECT aidb_memory.runtime_info()::json").fetchone()
+    assert row is not None
+    return dict(row[0])
+
+
 PLANTED = ('"generation": rt.generation', '"generation": "from-bytecode"')
 
 
@@ -231,3 +238,26 @@ def test_a_second_install_compiles_nothing(db: Database) -> None:
     assert out.returncode == 0, out.stderr
     assert "compiled" not in out.stdout + out.stderr
     assert db.sql("SELECT name, xmin::text FROM aidb_memory.runtime_bytecode ORDER BY 1") == before
+
+
+def test_an_upgrade_compiles_the_changed_module_and_open_connections_run_it(
+    db: Database, source_tree: Path
+) -> None:
+    # A new package (a changed module: a new code generation), installed while a connection
+    # that has loaded the old code stays open.
+    path = source_tree / "plpython" / "aidb_memory_server" / "introspection.py"
+    path.write_text(path.read_text().replace(*PLANTED))
+    old = _bytecode(db)
+    with db.connect() as conn:
+        before = _info_of(conn)
+        out = run_cli("install", "--source", str(source_tree), dsn=db.dsn())
+        assert out.returncode == 0, out.stderr
+        assert "compiled 1 server-side modules" in out.stdout + out.stderr
+        after = _info_of(conn)
+    assert before["generation"] != "from-bytecode"
+    assert after["generation"] == "from-bytecode", "the open connection loaded the new code"
+    new = _bytecode(db)
+    assert new[MODULE][1] == new[MODULE][2] != old[MODULE][1], "compiled from the new source"
+    assert {n: v for n, v in new.items() if n != MODULE} == {
+        n: v for n, v in old.items() if n != MODULE
+    }, "the other modules' bytecode is still valid and was kept"
