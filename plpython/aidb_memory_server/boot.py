@@ -101,7 +101,7 @@ def _source(name: str, md5: str) -> str:
     # The source this backend's snapshot had (the md5 boot read), not a newer one.
     plan = plpy.prepare(
         "SELECT source FROM aidb_memory.runtime_modules "
-        "WHERE name OPERATOR(pg_catalog.=) $1 AND pg_catalog.md5(source) OPERATOR(pg_catalog.=) $2",
+        "WHERE name OPERATOR(pg_catalog.=) $1 AND source_md5 OPERATOR(pg_catalog.=) $2",
         ["text", "text"],
     )
     rows = plpy.execute(plan, [name, md5])
@@ -140,7 +140,7 @@ FROM aidb_memory.runtime_modules AS m
 LEFT JOIN aidb_memory.runtime_bytecode AS b
        ON b.name OPERATOR(pg_catalog.=) m.name
       AND b.magic OPERATOR(pg_catalog.=) '\\x{magic}'::pg_catalog.bytea
-      AND b.source_md5 OPERATOR(pg_catalog.=) pg_catalog.md5(m.source)
+      AND b.source_md5 OPERATOR(pg_catalog.=) m.source_md5
 UNION ALL
 SELECT 'setting', key, value, NULL, NULL, NULL FROM aidb_memory.runtime_settings
 """
@@ -181,12 +181,12 @@ def boot(gd: dict[str, Any], generation: str) -> Any:
 # What needs compiling: modules with no bytecode for this Python and their current source, and
 # bytecode that does not load (written by hand).
 _STALE = """
-SELECT m.name, m.source, pg_catalog.md5(m.source) AS source_md5, b.code
+SELECT m.name, m.source, m.source_md5, b.code
 FROM aidb_memory.runtime_modules AS m
 LEFT JOIN aidb_memory.runtime_bytecode AS b
        ON b.name OPERATOR(pg_catalog.=) m.name
       AND b.magic OPERATOR(pg_catalog.=) $1
-      AND b.source_md5 OPERATOR(pg_catalog.=) pg_catalog.md5(m.source)
+      AND b.source_md5 OPERATOR(pg_catalog.=) m.source_md5
 ORDER BY m.name
 """
 _STORE = """

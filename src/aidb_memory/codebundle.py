@@ -38,7 +38,7 @@ _TARGET = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _LOAD_BOOT = (
     """b = plpy.execute("SELECT m.source, c.magic, c.code """
     """FROM aidb_memory.runtime_modules AS m LEFT JOIN aidb_memory.runtime_bytecode AS c """
-    """ON c.name = m.name AND c.source_md5 = pg_catalog.md5(m.source) """
+    """ON c.name = m.name AND c.source_md5 = m.source_md5 """
     """WHERE m.name = '{boot}'")[0]
         code = b["source"]
         if b["magic"] == __import__("_frozen_importlib_external").MAGIC_NUMBER:
