@@ -58,7 +58,9 @@ class DatabaseFinder:
 
     aidb_memory_finder = True
 
-    def __init__(self, modules: dict[str, tuple[str | None, bool, bytes | None, str]]) -> None:
+    def __init__(
+        self, modules: dict[str, tuple[str | None, bool, bytes | None, str | None]]
+    ) -> None:
         self.modules = modules
 
     def find_spec(
@@ -90,6 +92,7 @@ class DatabaseFinder:
             if isinstance(code, _CODE):
                 return code
             # Unreadable (the row was changed by hand): the source it was compiled from.
+            assert md5 is not None  # a bytecode row always has one
             source = _source(name, md5)
         assert source is not None
         return compile_module(name, source)
