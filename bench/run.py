@@ -825,7 +825,7 @@ async def verify_d_session(peer: Any, dsn: str) -> None:
         await ours.close()
 
 
-# --- (f): the worst single search -----------------------------------------------------------------
+# --- (e2): the worst single search ----------------------------------------------------------------
 
 WORST_QUERY_CHARS = 100_000
 WORST_RUNS = 3  # runs of each shape; a shape's cost is the slowest of them
@@ -871,7 +871,7 @@ def default_caps() -> dict[str, int]:
 
 
 def worst_queries(vocabulary: list[str], caps: dict[str, int]) -> list[tuple[str, str]]:
-    """(f): adversarial shapes, (name, query). Four of WORST_QUERY_CHARS characters (what issue 9
+    """(e2): adversarial shapes, (name, query). Four of WORST_QUERY_CHARS characters (what issue 9
     measured at 29.7 s and > 30 s before the caps), and the costliest query the default caps still
     accept: the most common words of the data, or-joined, up to every cap."""
     under: list[str] = []
@@ -897,7 +897,7 @@ def worst_queries(vocabulary: list[str], caps: dict[str, int]) -> list[tuple[str
 
 
 def worst_search(dsn: str) -> dict[str, Any]:
-    """(f): the slowest single search an application role can make with a 100,000-char query,
+    """(e2): the slowest single search an application role can make with a 100,000-char query,
     against (e)'s memories: each shape WORST_RUNS times on one warmed-up connection, under the
     default caps, then with search_max_query_chars raised to 100,000 (so that the other caps do
     the bounding). Refused queries count: their cost is what refusing them costs."""
@@ -958,7 +958,7 @@ def worst_search(dsn: str) -> dict[str, Any]:
 
 def report_worst(worst: dict[str, Any]) -> None:
     print(
-        f"(f) the worst single search of a {WORST_QUERY_CHARS:,}-char query: "
+        f"(e2) the worst single search of a {WORST_QUERY_CHARS:,}-char query: "
         f"{worst['worst_ms']:.1f} ms ({worst['worst']['shape']}, {worst['worst']['config']})"
     )
     header = "{:<32} {:<22} {:>7} {:>9}  {}".format(
@@ -971,6 +971,83 @@ def report_worst(worst: dict[str, Any]) -> None:
             f"{r['config']:<32} {r['shape']:<22} {r['query_chars']:>7} {r['worst_ms']:>9.1f}  "
             f"{r['outcome']}"
         )
+
+
+# --- (f): first calls on new connections ------------------------------------------------------
+
+# Every new connection's first call of one of our functions loads the server code into its
+# backend (boot.py: stored bytecode, then the modules the call imports). (f) compares that first
+# call with the first call of a trivial PL/Python function on a new connection, which pays only
+# for starting PL/Python's interpreter: issue 13 asks for ≤ 2×.
+FIRST_TRIVIAL_FN = "public.bench_first_call_trivial"
+FIRST_TARGET = 2.0
+FIRST_CONNECTIONS = 40  # per path; 10 with --quick
+
+
+def first_calls(dsn: str, connections: int) -> dict[str, Any]:
+    """(f): the first call on ``connections`` new connections of each path, side by side (one
+    new connection per path in turn, in alternating order), as the superuser like every path.
+
+    Each connection runs ``SELECT 1`` before the timed call, so that connecting and the backend's
+    own start (authentication, catalog caches for a first query) are not counted; what is timed
+    is one statement, from before it is sent to after its rows are read. Paths: the trivial
+    function (``RETURNS int ... AS 'return 1'``), `session_get` of (b) (the 1,000-turn session,
+    8,000-char budget) and `add` of (a)'s exchange."""
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute(
+            f"CREATE OR REPLACE FUNCTION {FIRST_TRIVIAL_FN}() RETURNS int "
+            "LANGUAGE plpython3u AS 'return 1'"
+        )
+    statements = {
+        "trivial": (f"SELECT {FIRST_TRIVIAL_FN}()", ()),
+        "session_get": (GET, (NS, ACTOR, "small", 8000)),
+        "add": (ADD, (NS, ACTOR, A_TURNS, "f-first-add")),
+    }
+    ms: dict[str, list[float]] = {name: [] for name in statements}
+    pairs: dict[str, list[float]] = {"session_get": [], "add": []}
+    for i in range(connections):
+        order = list(statements) if i % 2 == 0 else list(reversed(statements))
+        this: dict[str, float] = {}
+        for name in order:
+            sql, params = statements[name]
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+                t0 = time.perf_counter_ns()
+                conn.execute(sql, params).fetchall()
+                this[name] = (time.perf_counter_ns() - t0) / 1e6
+            ms[name].append(this[name])
+        for name in pairs:
+            pairs[name].append(this[name] / this["trivial"])
+    trivial = median(ms["trivial"])
+    out: dict[str, Any] = {"connections": connections, "target": f"<= {FIRST_TARGET}"}
+    for name, values in ms.items():
+        out[f"{name}_median_ms"] = round(median(values), 2)
+        out[f"{name}_ms"] = [round(v, 2) for v in values]
+    for name, ratios in pairs.items():
+        out[f"{name}_ratio"] = round(median(ms[name]) / trivial, 3)
+        out[f"{name}_median_of_pairs"] = round(median(ratios), 3)
+    out["result"] = "PASS" if out["session_get_ratio"] <= FIRST_TARGET else "MISS"
+    return out
+
+
+def report_first_calls(first: dict[str, Any]) -> None:
+    print(
+        f"(f) the first call on a new connection, {first['connections']} connections per path "
+        "side by side (median ms)"
+    )
+    print(
+        f"  trivial PL/Python function {first['trivial_median_ms']:.1f}, "
+        f"session_get {first['session_get_median_ms']:.1f}, add {first['add_median_ms']:.1f}"
+    )
+    print(
+        f"  session_get / trivial {first['session_get_ratio']:.2f} (median of pairs "
+        f"{first['session_get_median_of_pairs']:.2f}), target {first['target']}  "
+        f"{first['result']}"
+    )
+    print(
+        f"  info: add / trivial {first['add_ratio']:.2f} (median of pairs "
+        f"{first['add_median_of_pairs']:.2f})"
+    )
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -1143,10 +1220,11 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "worst-search"),
+        choices=("all", "worst-search", "first-call"),
         default="all",
-        help="worst-search: only (f), the worst single search of a 100,000-char query, on "
-        "(e)'s memories (no peer needed)",
+        help="worst-search: only (e2), the worst single search of a 100,000-char query, on "
+        "(e)'s memories (no peer needed); first-call: only (f), the first call on new "
+        "connections",
     )
     args = ap.parse_args()
     if args.quick:
@@ -1168,6 +1246,8 @@ def main() -> int:
 
     if args.only == "worst-search":
         return main_worst_search(args)
+    if args.only == "first-call":
+        return main_first_call(args)
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -1315,6 +1395,8 @@ def main() -> int:
             groups = [["a_add", "a_ref"], ["b_get", "b_ref", "c_get", "c_ref"]]
             groups.append(["d_peer", "d_ours", "d_session", "d_ours_sync"])
             measure(runner, paths, groups, args)
+            say("bench: (f) the first call on new connections")
+            first = first_calls(dsn, 10 if args.quick else FIRST_CONNECTIONS)
 
             # (e) comes after the others: its 1,000,000 rows and their scans would otherwise
             # push the sessions' pages out of the buffer cache between their rounds.
@@ -1360,7 +1442,7 @@ def main() -> int:
             paths.update((p.name, p) for p in e_paths)
             on = (e_search, e_plain, e_plain_custom)
             measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
-            say("bench: (f) the worst single search of a 100,000-char query")
+            say("bench: (e2) the worst single search of a 100,000-char query")
             worst = worst_search(dsn)
         finally:
             for c in conns:
@@ -1391,8 +1473,11 @@ def main() -> int:
     result = report(args, paths, shape, search, pg_version, started, load_before, load_after)
     print()
     report_worst(worst)
+    print()
+    report_first_calls(first)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
+    result["first_calls"] = first
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"
@@ -1404,7 +1489,7 @@ def main() -> int:
 
 
 def main_worst_search(args: argparse.Namespace) -> int:
-    """``--only worst-search``: (f) alone, on (e)'s memories."""
+    """``--only worst-search``: (e2) alone, on (e)'s memories."""
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     say("bench: starting a throwaway PostgreSQL server")
@@ -1419,7 +1504,7 @@ def main_worst_search(args: argparse.Namespace) -> int:
             setup.execute("SELECT aidb_memory.init(%s)", (NS,))
             say(f"bench: generating {args.memories:,} memories for (e)")
             generated = build_memories(setup, args.memories)
-        say("bench: (f) the worst single search of a 100,000-char query")
+        say("bench: (e2) the worst single search of a 100,000-char query")
         worst = worst_search(dsn)
     say("bench: server stopped and removed")
     print()
@@ -1433,6 +1518,42 @@ def main_worst_search(args: argparse.Namespace) -> int:
             "git": git_describe(),
             "memories": generated,
             "worst_search": worst,
+        }
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
+
+
+def main_first_call(args: argparse.Namespace) -> int:
+    """``--only first-call``: (f) alone, on a 1,000-turn session 'small' made as (b)'s is."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {DB}")
+        dsn = server.dsn(DB)
+        with psycopg.connect(dsn) as conn:
+            install(conn, Package.load(), say=lambda _line: None)
+            conn.commit()
+        with connect(dsn) as setup:
+            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            for seq in range(1, 1000, 2):
+                setup.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
+        say("bench: (f) the first call on new connections")
+        first = first_calls(dsn, 10 if args.quick else FIRST_CONNECTIONS)
+    say("bench: server stopped and removed")
+    print()
+    report_first_calls(first)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        path = args.out / f"{stamp}-first-call.json"
+        result = {
+            "started_at": started.isoformat(timespec="seconds"),
+            "git": git_describe(),
+            "machine": {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
+            "first_calls": first,
         }
         path.write_text(json.dumps(result, indent=2) + "\n")
         say(f"bench: wrote {path}")

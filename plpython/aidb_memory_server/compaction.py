@@ -19,45 +19,89 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from aidb_memory_server import items
+# A read imports this module for target_chars and needed: it must not make the read import
+# dataclasses (~9 ms on a backend's first call, for inspect), typing nor items
+# (docs/architecture.md, "Loading the code"). Hence plain classes below.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SHARE_NUM, SHARE_DEN = 3, 4  # the oldest three quarters of the unsummarized chars
 TARGET_DIVISOR = 4  # a summary is at most a quarter of limit_chars
 
 
-@dataclass(frozen=True)
-class Span:
+class _Value:
+    """Equality and repr by the fields in ``__slots__`` (what a frozen dataclass gave)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Value)
+            and type(other) is type(self)
+            and self._fields() == other._fields()
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__slots__)
+        return f"{type(self).__name__}({args})"
+
+
+class Span(_Value):
     """What the cut needs of an unsummarized turn."""
 
-    seq: int
-    round_start: int
-    chars: int
+    __slots__ = ("chars", "round_start", "seq")
+
+    def __init__(self, seq: int, round_start: int, chars: int) -> None:
+        self.seq = seq
+        self.round_start = round_start
+        self.chars = chars
 
 
-@dataclass(frozen=True)
-class Source:
-    """A turn as the summarizer is shown it."""
+class Source(_Value):
+    """A turn as the summarizer is shown it.
 
-    seq: int
-    role: str
-    content: str | None
-    name: str | None = None
-    tool_calls: Sequence[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    # The stored provider item (turn.item) and its shape: when there is an item, the model is
-    # shown items.prompt_text of it (text, tool calls and outputs, non-text parts by type,
-    # never base64 payloads nor encrypted reasoning).
-    item: dict[str, Any] | None = None
-    shape: str = "chat"
+    ``item``, ``shape``: the stored provider item (turn.item) and its shape: when there is an
+    item, the model is shown items.prompt_text of it (text, tool calls and outputs, non-text
+    parts by type, never base64 payloads nor encrypted reasoning).
+    """
+
+    __slots__ = ("content", "item", "name", "role", "seq", "shape", "tool_call_id", "tool_calls")
+
+    def __init__(
+        self,
+        seq: int,
+        role: str,
+        content: str | None,
+        name: str | None = None,
+        tool_calls: Sequence[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        item: dict[str, Any] | None = None,
+        shape: str = "chat",
+    ) -> None:
+        self.seq = seq
+        self.role = role
+        self.content = content
+        self.name = name
+        self.tool_calls = tool_calls
+        self.tool_call_id = tool_call_id
+        self.item = item
+        self.shape = shape
 
     def text(self) -> str:
         """The turn's text as the summarizer reads it (its calls on lines of their own for an
         item-less turn, as before)."""
         if self.item is None:
             return self.content or ""
+        from aidb_memory_server import items
+
         return items.prompt_text(
             {
                 "role": self.role,

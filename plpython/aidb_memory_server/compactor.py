@@ -34,12 +34,20 @@ returns the warning that says why no summary was written, or nothing when one wa
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import plpy
 
-from aidb_memory_server import compaction, db, endpoints, llm, validation
+from aidb_memory_server import compaction, db, validation
 from aidb_memory_server.compaction import Source
+
+# llm is imported where a model is called, endpoints where an error is redacted, typing only by
+# the type checker: a read that returns before a model call loads none of them
+# (docs/architecture.md, "Loading the code").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from aidb_memory_server import llm
 
 QUERY_CANCELED = "57014"
 
@@ -228,6 +236,8 @@ def session_compact(
         return ["compaction_read_only"]  # nowhere to store a summary: no model call
     if cooling_down(session_ref, name, config):
         return ["compaction_call_failed"]  # failed a moment ago: not again, and not waited on
+    from aidb_memory_server import llm
+
     try:
         model = llm.load("session_get", name)
     except Exception:
@@ -324,6 +334,8 @@ def _drop_lock_if_deleted(session_ref: int) -> None:
 
 def _log(e: BaseException) -> None:
     # Never fails the read (SPEC §3): what failed goes to the server log, without content.
+    from aidb_memory_server import endpoints
+
     text = endpoints.redact_urls(" ".join(str(e).split()))[:200]
     plpy.log(f"aidb_memory: compaction failed: {type(e).__name__}: {text}")
 
@@ -440,6 +452,8 @@ def _summarize(
     model: llm.Model, sources: list[Source], target: int, namespace_id: int, timeout_s: float
 ) -> tuple[str | None, str | None]:
     """(summary, None), or (None, the warning that says why there is none)."""
+    from aidb_memory_server import llm
+
     span = (sources[0].seq, sources[-1].seq)
     if model.provider == "builtin":
         messages = compaction.extractive_sources(sources)

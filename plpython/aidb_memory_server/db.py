@@ -7,9 +7,12 @@ new code generation; PostgreSQL itself re-validates a saved plan after DDL on wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import plpy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs a first call ~4 ms (docs/architecture.md, "Loading the code")
+    from typing import Any
 
 _plans: dict[str, Any] = {}
 

@@ -8,12 +8,15 @@ import itertools
 import operator
 import sys
 from collections.abc import Callable, Generator, Iterator, MutableMapping, Sequence
-from typing import Any
 
 import plpy
 
 from aidb_memory_server import errors
 from aidb_memory_server.errors import INTERNAL_ERROR, ApiError, named_message
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs a first call ~4 ms (docs/architecture.md, "Loading the code")
+    from typing import Any
 
 PACKAGE = "aidb_memory_server"
 _current: Runtime | None = None

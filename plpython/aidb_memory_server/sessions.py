@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import plpy
 
-from aidb_memory_server import budget, compaction, db, items, turns, validation
+from aidb_memory_server import budget, compaction, db, validation
 from aidb_memory_server.errors import (
     INSUFFICIENT_PRIVILEGE,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -23,6 +22,14 @@ from aidb_memory_server.errors import (
     invalid,
     required,
 )
+
+# A backend's first read loads only what the read needs: typing, turns (the add path) and items
+# (conversion) are imported where they are used (docs/architecture.md, "Loading the code").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from aidb_memory_server import turns
 
 # What every session function reads of its namespace (alias n), which Namespace() takes.
 # session_user comes with it on every call: SET SESSION AUTHORIZATION changes it within a
@@ -45,6 +52,8 @@ class Namespace:
         self.config, self.model_spec = _parsed(row["config"], row["model_spec"])
 
     def limits(self) -> turns.Limits:
+        from aidb_memory_server import turns
+
         c = self.config
         return turns.Limits(
             c["max_turn_chars"],
@@ -324,6 +333,8 @@ def add(
 
     Two statements on the common path: lock (namespace, session, key), then store.
     """
+    from aidb_memory_server import turns
+
     fn = "add"
     if namespace_name is None:
         raise required(fn, "namespace")
@@ -490,6 +501,8 @@ def _one(rows: Any) -> Any:
 
 
 def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any], list[turns.Turn]]:
+    from aidb_memory_server import turns
+
     limits = ns.limits()
     raw = turns.parse_turns(fn, turns_json, limits)
     return raw, turns.validate_batch(fn, raw, limits)
@@ -840,6 +853,8 @@ WHERE id = $1
 def _tail_after_pop(ref: int, last: int) -> turns.Tail:
     """The session's tail once ``last`` is its newest turn: its round replayed through the
     protocol (a round starts where no call is open, so it replays from an empty tail)."""
+    from aidb_memory_server import turns
+
     if last < 1:
         return turns.Tail()
     tail = db.execute(_TAIL_TURN, ("bigint", "bigint"), (ref, last))[0]
@@ -1042,6 +1057,8 @@ def session_delete(
 def session_convert(items_json: str | None, format_name: str | None) -> str:
     """A read's items (session_history's rows) in ``format_name``: chat messages or a Responses
     input list (``items.to_chat`` / ``items.to_responses``). The rows come from our own query."""
+    from aidb_memory_server import items
+
     rows = [
         {
             "role": r.get("role"),

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aidb_memory import __version__, catalog
-from aidb_memory.codebundle import CodeBundle
+from aidb_memory.codebundle import BOOT_MODULE, CodeBundle
 from aidb_memory.migrations import Migration
 
 SCHEMA = "aidb_memory"
@@ -318,6 +318,24 @@ WHERE {SCHEMA}.runtime_settings.value IS DISTINCT FROM EXCLUDED.value;""",
     )
 
 
+def bytecode_step() -> Step:
+    """Compile the stored modules with the server's Python and store the bytecode that a
+    backend's first call loads instead of compiling them (migrations/0013_runtime_bytecode.sql,
+    boot.store_bytecode). It runs on every install, whether or not the code changed, since the
+    server's Python may have: it writes only what is missing or stale, so a second install with
+    nothing to do changes nothing. boot.py is run from its stored source, as every stub does."""
+    body = f"""boot = {{"__name__": "{BOOT_MODULE}"}}
+exec(plpy.execute(
+    "SELECT source FROM {SCHEMA}.runtime_modules WHERE name OPERATOR(pg_catalog.=) '{BOOT_MODULE}'"
+)[0]["source"], boot)
+compiled = boot["store_bytecode"]()
+if compiled:
+    import sys
+    plpy.notice("{NOTICE_PREFIX}compiled %d server-side modules for the server's Python %s"
+                % (compiled, ".".join(map(str, sys.version_info[:3]))))"""
+    return Step("server-side bytecode", f"DO LANGUAGE plpython3u {_dollar_quote(body)}")
+
+
 def code_steps(bundle: CodeBundle) -> list[Step]:
     """Re-apply modules and sql/ unless the recorded code, the stored modules and the catalog of
     the code part are exactly what this package installs."""
@@ -359,6 +377,7 @@ END IF;"""
             ),
         )
     )
+    steps.append(bytecode_step())
     steps.append(
         Step(
             "functions and views not of this package",

@@ -253,7 +253,8 @@ COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.';
     assert body.rstrip().endswith(f'return rt.bind(globals(), "namespaces.init", "{GEN}")()')
     # A failure to load the code is named after the SQL function, like every error of ours.
     assert 'type("init", (plpy.Error,)' in body
-    assert f"SELECT source FROM aidb_memory.runtime_modules WHERE name = '{BOOT_MODULE}'" in body
+    assert "FROM aidb_memory.runtime_modules AS m LEFT JOIN aidb_memory.runtime_bytecode" in body
+    assert f"WHERE m.name = '{BOOT_MODULE}'" in body
     assert (
         comment == "COMMENT ON FUNCTION aidb_memory.init(text) IS 'Runs $py$ namespaces.init $py$.'"
     )
