@@ -17,11 +17,10 @@ B/4 therefore costs at most C / (B/2) + 1 model calls, whatever the number of re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 # A read imports this module for target_chars and needed: it must not make the read import
-# dataclasses (~9 ms on a backend's first call, for inspect), typing nor items
+# dataclasses (~9 ms on a backend's first call, for inspect), typing, json nor items
 # (docs/architecture.md, "Loading the code"). Hence plain classes below.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -279,5 +278,7 @@ def tool_calls(raw: str | None) -> list[dict[str, Any]] | None:
     """A stored ``tool_calls`` column (JSON text) as a list."""
     if raw is None:
         return None
+    import json  # only a compaction reads tool_calls; a plain read never imports json
+
     value = json.loads(raw)
     return value if isinstance(value, list) else None

@@ -37,19 +37,60 @@ if TYPE_CHECKING:
 _NS_COLUMNS = """n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
        session_user::text AS caller"""
 _NAMESPACE = f"SELECT {_NS_COLUMNS}\nFROM aidb_memory.namespace n WHERE n.name = $1"
+# The settings a read uses, selected as text by the read's query (Namespace.setting): a read
+# parses no JSON. Values the config validation accepted only (ints, booleans, strings).
+_READ_SETTINGS = (
+    "max_identifier_chars",
+    "actor_binding",
+    "pin_instructions",
+    "compaction_min_target_chars",
+)
+_READ_SETTING_COLUMNS = ", ".join(f"n.config->>'{k}' AS cfg_{k}" for k in _READ_SETTINGS)
 
 
 class Namespace:
-    """A namespace row with its effective config."""
+    """A namespace row with its effective config, parsed when first used: a read takes the few
+    settings it needs from columns of its own query (:meth:`setting`), so it never parses JSON
+    (nor imports json, docs/architecture.md, "Loading the code")."""
 
-    __slots__ = ("caller", "config", "id", "model_spec", "name", "state")
+    __slots__ = ("_parsed", "_row", "caller", "id", "name", "state")
 
     def __init__(self, name: str, row: Any) -> None:
         self.name = name
         self.id = int(row["id"])
         self.state = row["state"]
         self.caller = row["caller"]
-        self.config, self.model_spec = _parsed(row["config"], row["model_spec"])
+        self._row = row
+        self._parsed: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = _parsed(self._row["config"], self._row["model_spec"])
+        return self._parsed[0]
+
+    @property
+    def model_spec(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = _parsed(self._row["config"], self._row["model_spec"])
+        return self._parsed[1]
+
+    def setting(self, key: str) -> Any:
+        """One config value: from the row's ``cfg_<key>`` column when its query selected one
+        (:data:`_READ_SETTINGS`; NULL: the key is not set, so its default), else the config."""
+        row = self._row
+        column = "cfg_" + key
+        if column not in row:
+            return self.config[key]
+        raw = row[column]
+        default = validation.CONFIG_DEFAULTS[key]
+        if raw is None:
+            return default
+        if isinstance(default, bool):  # before int: a bool is an int
+            return raw == "true"
+        if isinstance(default, int):
+            return int(raw)
+        return raw
 
     def limits(self) -> turns.Limits:
         from aidb_memory_server import turns
@@ -85,7 +126,7 @@ def quote(text: str, limit: int = 200) -> str:
     """``text`` quoted for an error message, on one line and cut to ``limit`` characters,
     whatever the caller put in it."""
     quoted = json.dumps(text if len(text) <= limit else text[: limit - 1] + "…", ensure_ascii=False)
-    return validation.CONTROL_CHARS.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+    return validation.control_chars().sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
 
 
 def identifier(
@@ -116,9 +157,9 @@ def check_namespace(
             hint="an admin creates it with aidb_memory.init",
         )
     ns = Namespace(name, row)
-    actor = identifier(fn, "actor_id", actor_id, ns.config["max_identifier_chars"])
+    actor = identifier(fn, "actor_id", actor_id, ns.setting("max_identifier_chars"))
     assert actor is not None
-    if ns.config["actor_binding"] == "session_user" and actor != ns.caller:
+    if ns.setting("actor_binding") == "session_user" and actor != ns.caller:
         raise ApiError(
             INSUFFICIENT_PRIVILEGE,
             f"aidb_memory.{fn}: actor_id {quote(actor)} is not the calling role",
@@ -513,7 +554,7 @@ def _validate_batch(fn: str, ns: Namespace, turns_json: str) -> tuple[list[Any],
 # One statement for the namespace, the session and its newest summary (NULLs when there is no
 # such session).
 _NAMESPACE_AND_SESSION = f"""
-SELECT {_NS_COLUMNS},
+SELECT {_NS_COLUMNS}, {_READ_SETTING_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
        s.pinned_seq, s.pinned_chars,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
@@ -613,7 +654,7 @@ def session_read_plan(
         )
     )
     ns, _ = check_namespace(fn, namespace_name, s, actor_id, writing=False)
-    identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
+    identifier(fn, "session_id", session_id, ns.setting("max_identifier_chars"))
     budget.check_limits(fn, limit_chars, limit_turns, limit_items)
     if s["ref"] is None:
         return dict(_NO_SESSION)
@@ -627,7 +668,7 @@ def session_read_plan(
         warnings.append("tool_results_pending")
     budgeted = limit_chars is not None or limit_turns is not None or limit_items is not None
     pin_seq, pin_chars = 0, 0
-    if budgeted and ns.config["pin_instructions"] and int(s["pinned_seq"]) > 0:
+    if budgeted and ns.setting("pin_instructions") and int(s["pinned_seq"]) > 0:
         pin_seq, pin_chars = int(s["pinned_seq"]), int(s["pinned_chars"])
         if pin_seq >= end_seq:  # a pending round that began inside the prefix (a sequence_id)
             pin_seq, pin_chars = end_seq - 1, end_offset
@@ -686,7 +727,7 @@ def session_read_plan(
         if compaction.needed(unsummarized, newest, room_chars):
             if compaction.over_budget_alone(int(s["tail_round_start"]), covered_seq):
                 warnings.append("newest_round_over_budget")  # no model could help
-            elif compaction.target_chars(room_chars) < ns.config["compaction_min_target_chars"]:
+            elif compaction.target_chars(room_chars) < ns.setting("compaction_min_target_chars"):
                 warnings.append("compaction_budget_too_small")  # no model is contacted
             else:
                 compact = True

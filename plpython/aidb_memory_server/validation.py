@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import re
-
 from aidb_memory_server.errors import ApiError, invalid, required
 
+# json and re are imported where first needed: re (which json's decoder imports too) pulls in
+# enum, ~7 ms of a backend's first call, and a read needs neither (docs/architecture.md, "Loading
+# the code"). What they build is kept in _built, so a hot path pays a dict lookup, not an import.
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a first call ~4 ms (docs/architecture.md, "Loading the code")
+    import json
+    import re
     from typing import Any
+
+_built: dict[str, Any] = {}
 
 NAMESPACE_NAME_MAX = 128
 NAMESPACE_STATES = ("ACTIVE", "INACTIVE")
@@ -64,12 +68,21 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
 
 # C0 and C1 control characters (Unicode category Cc: U+0000-001F, U+007F-009F) and the line and
 # paragraph separators (Zl, Zp): what would break a one-line message or hide in a name or id.
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+def control_chars() -> re.Pattern[str]:
+    """The pattern of those characters."""
+    pattern = _built.get("control_chars")
+    if pattern is None:
+        import re
+
+        pattern = _built["control_chars"] = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+    return pattern
 
 
 def has_control_chars(text: str) -> bool:
-    """Whether ``text`` holds a character of :data:`CONTROL_CHARS`."""
-    return CONTROL_CHARS.search(text) is not None
+    """Whether ``text`` holds one of those characters."""
+    if text.isascii() and text.isprintable():
+        return False  # printable ASCII (0x20-0x7e) holds none of them: no pattern needed
+    return control_chars().search(text) is not None
 
 
 def namespace_name(function: str, name: str | None) -> str:
@@ -208,7 +221,7 @@ def state(function: str, value: str) -> str:
 # anything an API argument needs. Refused up front with 22023 naming the field.
 JSON_MAX_DEPTH = 100
 JSON_MAX_NUMBER_CHARS = 100
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_PLAIN_KEY = r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z"
 _PATH_PARTS = 2  # how much of the path below the argument an error names: turns[3].meta
 
 
@@ -238,21 +251,32 @@ def _constant(text: str) -> Any:
     raise _BadNumber(text, f"has {text}, which is not a JSON number")
 
 
-# One decoder, made once: json.loads with hooks would build a new one on every call (~3 µs).
-_DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+def _decoder() -> json.JSONDecoder:
+    # One decoder, made once: json.loads with hooks would build a new one on every call (~3 µs).
+    decoder = _built.get("decoder")
+    if decoder is None:
+        import json
+
+        decoder = _built["decoder"] = json.JSONDecoder(
+            parse_int=_int, parse_float=_float, parse_constant=_constant
+        )
+    return decoder
 
 
 def _path(field: str, parts: list[Any]) -> str:
     """``field`` and the first parts of the path below it, as an error message names them."""
+    import json
+    import re
+
     out = field
     for part in parts[:_PATH_PARTS]:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
+        elif re.match(_PLAIN_KEY, part):
             out += f".{part}"
         else:
             key = part if len(part) <= 40 else part[:39] + "…"
-            out += "[" + CONTROL_CHARS.sub("?", json.dumps(key, ensure_ascii=False)) + "]"
+            out += "[" + control_chars().sub("?", json.dumps(key, ensure_ascii=False)) + "]"
     return out
 
 
@@ -275,6 +299,8 @@ def _text_path(text: str, stop: int | None) -> list[Any]:
     """The path of the value at offset ``stop`` of JSON ``text``, or (``stop`` None) of the first
     container nested deeper than JSON_MAX_DEPTH. A slow scan, for error messages only: it runs
     when json.loads has already refused the text."""
+    import json
+
     stack: list[list[Any]] = []  # [kind, index or key]
     in_string = escaped = False
     start = 0
@@ -323,7 +349,7 @@ def parse_json(function: str, field: str, text: str, max_chars: int | None = Non
     depth_problem = f"is nested deeper than {JSON_MAX_DEPTH} levels"
     depth_hint = f"JSON arguments nest at most {JSON_MAX_DEPTH} arrays and objects deep"
     try:
-        value = _DECODER.decode(text)
+        value = _decoder().decode(text)
     except _BadNumber as e:
         where = _path(field, _text_path(text, text.find(e.text)))
         raise invalid(
