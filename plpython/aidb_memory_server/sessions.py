@@ -215,10 +215,12 @@ _LOCK_FOR_ADD = f"""
 SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
-       s.pinned_seq,
+       s.pinned_seq, l.ahead_at, l.read_budget,
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
+-- Where a compaction task becomes due (compactor._remember); read, never locked.
+LEFT JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
 LEFT JOIN aidb_memory.event r
        ON $4::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $4
@@ -268,10 +270,21 @@ WITH e AS (
         -- system/developer turns while every turn so far is one (computed under the row lock).
         pinned_seq = pinned_seq + $31, pinned_chars = pinned_chars + $32
     WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
+), c AS (
+    -- A compaction task for the worker when this add passes the session's ahead threshold
+    -- ($33, the budget $34: _ahead_budget); at most one pending per session.
+    INSERT INTO aidb_memory.event
+        (namespace_id, actor_id, session_id, turn_count, status, kind, session_ref, budget)
+    SELECT $1, $2, $4, 0, 'accepted', 'compaction', $10, $34 FROM e WHERE $33
+    ON CONFLICT (session_ref) WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
+    DO NOTHING
+    RETURNING 1
 )
--- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
+-- An event for the extraction worker, or a compaction task, wakes the workers that LISTEN
+-- (delivered at commit).
 SELECT public_id::text AS public_id,
-       CASE WHEN $9 = 'accepted' THEN pg_notify('aidb_memory_events', '') END AS woke
+       CASE WHEN $9 = 'accepted' OR EXISTS (SELECT 1 FROM c)
+            THEN pg_notify('aidb_memory_events', '') END AS woke
 FROM e
 """
 _STORE_TYPES = (
@@ -280,6 +293,7 @@ _STORE_TYPES = (
     *("text[]",) * 7,
     *("text", "bigint", "text[]", "bigint", "bigint"),
     *("text[]", "text[]", "boolean", "text", "bigint", "bigint"),
+    *("boolean", "int"),
 )
 _NO_TURNS: tuple[Any, ...] = ([],) * 10
 _INSTRUCTION_ROLES = frozenset(("system", "developer"))
@@ -396,6 +410,8 @@ def add(
                 None,
                 0,
                 *_NO_ITEMS,
+                False,
+                None,
             ),
         )
         if stored.nrows():
@@ -438,6 +454,7 @@ def add(
                 pinned_chars += t.chars
             else:
                 pinning = False
+    ahead = _ahead_budget(ns, row, running)
     stored = db.execute(
         _STORE,
         _STORE_TYPES,
@@ -475,11 +492,27 @@ def add(
             after.last_type,
             pinned_turns,
             pinned_chars,
+            ahead is not None,
+            ahead,
         ),
     )
     if stored.nrows():
         return str(stored[0]["public_id"])
     return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+
+
+def _ahead_budget(ns: Namespace, row: Any, total_chars: int) -> int | None:
+    """The budget of the compaction task this add queues (issue 13), or None: when the
+    session's total_chars pass its ahead threshold (recorded by the last compaction, which
+    knows the newest summary and the budget of the reads), compaction ahead is on and the
+    namespace names a model (the worker has no read's fallback_model). The worker checks
+    the exact state again under the session's compaction lock."""
+    at = row["ahead_at"]
+    if at is None or total_chars <= int(at) or row["read_budget"] is None:
+        return None
+    if not ns.config["compaction_ahead"] or not ns.model_spec.get("llm"):
+        return None
+    return int(row["read_budget"])
 
 
 def _one(rows: Any) -> Any:

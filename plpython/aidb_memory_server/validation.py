@@ -21,6 +21,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "compaction_min_target_chars": 200,
     "compaction_max_input_chars": 200_000,
     "extraction": True,
+    # The worker summarizes a session before its reads need it (issue 13); off: reads compact.
+    "compaction_ahead": True,
     # Budgeted reads return the session's leading system/developer turns first, never summarized.
     "pin_instructions": False,
     "actor_binding": "none",
@@ -140,7 +142,7 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be an integer")
             if not lo <= value <= hi:
                 raise invalid(function, field, f"must be between {lo} and {hi}")
-        elif key in ("extraction", "pin_instructions"):
+        elif key in ("extraction", "pin_instructions", "compaction_ahead"):
             if not isinstance(value, bool):
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:
