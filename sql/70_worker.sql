@@ -92,7 +92,7 @@ COMMENT ON FUNCTION aidb_memory.event_remaining() IS
 -- by_kind (issue 13) came after retried: the older signature cannot be replaced in place.
 DROP PROCEDURE IF EXISTS aidb_memory.process_events(
     integer, integer, integer, real, integer, integer, integer);
-CREATE PROCEDURE aidb_memory.process_events(
+CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     max_events integer DEFAULT 100,
     lease_s integer DEFAULT 300,
     max_attempts integer DEFAULT 5,
