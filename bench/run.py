@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import chat_ahead  # row (g), bench/chat_ahead.py
 import psycopg
 from psycopg.types.string import TextLoader
 
@@ -1143,10 +1144,19 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "worst-search"),
+        choices=("all", "worst-search", "g"),
         default="all",
         help="worst-search: only (f), the worst single search of a 100,000-char query, on "
-        "(e)'s memories (no peer needed)",
+        "(e)'s memories (no peer needed); g: only (g), compaction ahead of reads",
+    )
+    ap.add_argument(
+        "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
+    )
+    ap.add_argument(
+        "--g-pace",
+        type=float,
+        default=chat_ahead.PACE_S,
+        help=f"seconds between the exchanges of (g) (default {chat_ahead.PACE_S:g})",
     )
     args = ap.parse_args()
     if args.quick:
@@ -1168,6 +1178,8 @@ def main() -> int:
 
     if args.only == "worst-search":
         return main_worst_search(args)
+    if args.only == "g":
+        return main_g(args)
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -1362,6 +1374,7 @@ def main() -> int:
             measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
             say("bench: (f) the worst single search of a 100,000-char query")
             worst = worst_search(dsn)
+            chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
         finally:
             for c in conns:
                 c.close()
@@ -1391,8 +1404,11 @@ def main() -> int:
     result = report(args, paths, shape, search, pg_version, started, load_before, load_after)
     print()
     report_worst(worst)
+    print()
+    chat_ahead.report(chat)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
+    result["chat_ahead"] = chat
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"
@@ -1433,6 +1449,36 @@ def main_worst_search(args: argparse.Namespace) -> int:
             "git": git_describe(),
             "memories": generated,
             "worst_search": worst,
+        }
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
+
+
+def main_g(args: argparse.Namespace) -> int:
+    """``--only g``: (g) alone, compaction ahead of reads (no peer needed)."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {DB}")
+        dsn = server.dsn(DB)
+        with psycopg.connect(dsn) as conn:
+            install(conn, Package.load(), say=lambda _line: None)
+            conn.commit()
+        chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
+    say("bench: server stopped and removed")
+    print()
+    chat_ahead.report(chat)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        path = args.out / f"{stamp}-g.json"
+        result = {
+            "started_at": started.isoformat(timespec="seconds"),
+            "git": git_describe(),
+            "chat_ahead": chat,
         }
         path.write_text(json.dumps(result, indent=2) + "\n")
         say(f"bench: wrote {path}")
