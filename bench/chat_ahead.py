@@ -57,7 +57,7 @@ SUMMARY = (
 INLINE_SHARE_TARGET = 0.02
 P95_RATIO_TARGET = 1.5
 EXCHANGES = 400
-PACE_S = 0.5
+PACE_S = 0.6
 
 ADD = "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s)"
 GET = "SELECT items, warnings FROM aidb_memory.session_get(%s, %s, %s, limit_chars => %s::int)"
