@@ -18,9 +18,17 @@ CREATE UNIQUE INDEX event_compaction_pending_idx ON aidb_memory.event (session_r
 
 -- What add reads to decide, in the statement that locks the session, whether a task is due: the
 -- session's total_chars past which its unsummarized history passes the ahead threshold of the
--- budget its reads use (ahead_at), and that budget (read_budget). They live on the session's
--- compaction lock row because only the holders of that row write them (a compacting read, the
--- worker's task): the read path never writes the session row, which add locks.
-ALTER TABLE aidb_memory.compaction_lock
-    ADD COLUMN read_budget int,
-    ADD COLUMN ahead_at bigint;
+-- budget its reads use (ahead_at), and that budget (read_budget). Written only by whoever holds
+-- the session's compaction lock row (a compacting read, the worker's task), with an upsert: the
+-- read path never writes the session row, which add locks. A table of its own rather than
+-- columns of compaction_lock: that row is locked FOR UPDATE by every compaction and by
+-- session_pop, and a row updated after a REPEATABLE READ transaction's snapshot cannot be locked
+-- by it (40001); the lock row stays never updated, and a failed upsert here is only logged.
+-- No foreign key to session, for the reason compaction_lock has none (a deletion would wait for
+-- a compaction that waits for the session row); the trigger of sql/35_locks.sql removes the rows
+-- of deleted sessions. A bare pair of numbers per session: no content, no identifiers.
+CREATE TABLE aidb_memory.compaction_ahead (
+    session_ref bigint PRIMARY KEY,
+    read_budget int NOT NULL CHECK (read_budget > 0),
+    ahead_at    bigint NOT NULL
+);

@@ -405,15 +405,15 @@ def _summarize(
 # The budget of the latest read that compacted (or found compaction due) and the total_chars past
 # which the session's unsummarized chars pass the ahead threshold of that budget: what add reads
 # (sessions._LOCK_FOR_ADD) to queue a task. Only the holder of the session's compaction lock row
-# writes them, so this costs no lock the read or the worker does not already hold.
+# writes them (migration 0012_compaction_ahead), so writers never race.
 _REMEMBER = """
-UPDATE aidb_memory.compaction_lock AS l
-SET read_budget = $2,
-    ahead_at = greatest(
-        coalesce((SELECT x.to_offset FROM aidb_memory.summary AS x WHERE x.session_ref = $1
-                  ORDER BY x.to_seq DESC LIMIT 1), 0),
-        $3) + $4
-WHERE l.session_ref = $1
+INSERT INTO aidb_memory.compaction_ahead AS a (session_ref, read_budget, ahead_at)
+SELECT $1, $2,
+       greatest(coalesce((SELECT x.to_offset FROM aidb_memory.summary AS x
+                          WHERE x.session_ref = $1 ORDER BY x.to_seq DESC LIMIT 1), 0), $3) + $4
+ON CONFLICT (session_ref) DO UPDATE
+SET read_budget = excluded.read_budget, ahead_at = excluded.ahead_at
+WHERE (a.read_budget, a.ahead_at) IS DISTINCT FROM (excluded.read_budget, excluded.ahead_at)
 """
 
 
@@ -421,7 +421,9 @@ def _remember(
     session_ref: int, budget: int, room_chars: int, config: dict[str, Any], pinned_chars: int
 ) -> None:
     """Record ``budget`` and the session's next ahead threshold (from its newest summary, as it
-    now is) on its compaction lock row, which the caller holds. Never fails the read."""
+    now is) for the session whose compaction lock the caller holds. Never fails the read: a
+    failure (e.g. 40001 in a REPEATABLE READ transaction that a worker's update came after) is
+    logged, and the threshold stays what it was."""
     floor = pinned_chars if config["pin_instructions"] else 0
     try:
         with plpy.subtransaction():

@@ -220,7 +220,7 @@ SELECT {_NS_COLUMNS},
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
 -- Where a compaction task becomes due (compactor._remember); read, never locked.
-LEFT JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
+LEFT JOIN aidb_memory.compaction_ahead l ON l.session_ref = s.id
 LEFT JOIN aidb_memory.event r
        ON $4::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $4

@@ -286,3 +286,26 @@ def test_extraction_events_keep_working_beside_tasks_and_the_cli_shows_both(
     assert json.loads(listed.stdout) == {
         NS: {"extraction": {"processed": 11}, "compaction": {"processed": 1}}
     }
+
+
+def test_a_repeatable_read_reader_is_not_failed_by_what_the_worker_recorded(
+    db: Database, fake: FakeOpenAI, app: psycopg.Connection[Any]
+) -> None:
+    """The worker records the session's next threshold after its snapshot: the reader's
+    compaction lock row was never updated (the threshold has a table of its own), so locking it
+    raises no serialization failure, neither in the read nor in session_pop."""
+    _setup(db, fake)
+    _compacted_once(app, fake)
+    _add(app, _exchange(11) + _exchange(12))
+    with db.connect(APP_USER, autocommit=False) as rr:
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rr.execute("SELECT 1")  # its snapshot: before the worker's summary
+        fake.queue(Reply(content="T" * 150))
+        assert _work(db)[3]["compaction"]["summarized"] == 1
+        _items, warnings = _get(rr)
+        # Over budget in its snapshot, it compacts; its summary cannot be stored beside the
+        # worker's, which is a failed compaction, never a failed read.
+        assert warnings == ["compaction_call_failed"]
+        popped = rr.execute("SELECT aidb_memory.session_pop(%s, 'alice', 's')", (NS,)).fetchone()
+        assert popped is not None and popped[0]["content"].startswith("answer 0012")
+        rr.rollback()
