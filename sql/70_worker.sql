@@ -209,9 +209,10 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.status $py$;
 COMMENT ON FUNCTION aidb_memory.status(text, text, uuid) IS
-'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error and '
-'what it produced (counts and the ids of new memories); NULL for an unknown event or another '
-'actor''s. Errors: 22004, 22023, 42704, 42501.';
+'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error, '
+'kind (extraction, or compaction for a task that compacts a session ahead of its reads) and what '
+'it produced (counts and the ids of new memories; a task''s summary range, or why it was '
+'dropped); NULL for an unknown event or another actor''s. Errors: 22004, 22023, 42704, 42501.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.events_retry(
     namespace text,
