@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import chat_ahead  # row (g), bench/chat_ahead.py
 import psycopg
 from psycopg.types.string import TextLoader
 
@@ -1220,11 +1221,20 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "worst-search", "first-call"),
+        choices=("all", "worst-search", "first-call", "g"),
         default="all",
         help="worst-search: only (e2), the worst single search of a 100,000-char query, on "
         "(e)'s memories (no peer needed); first-call: only (f), the first call on new "
-        "connections",
+        "connections; g: only (g), compaction ahead of reads",
+    )
+    ap.add_argument(
+        "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
+    )
+    ap.add_argument(
+        "--g-pace",
+        type=float,
+        default=chat_ahead.PACE_S,
+        help=f"seconds between the exchanges of (g) (default {chat_ahead.PACE_S:g})",
     )
     args = ap.parse_args()
     if args.quick:
@@ -1248,6 +1258,8 @@ def main() -> int:
         return main_worst_search(args)
     if args.only == "first-call":
         return main_first_call(args)
+    if args.only == "g":
+        return main_g(args)
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -1444,6 +1456,7 @@ def main() -> int:
             measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
             say("bench: (e2) the worst single search of a 100,000-char query")
             worst = worst_search(dsn)
+            chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
         finally:
             for c in conns:
                 c.close()
@@ -1475,9 +1488,12 @@ def main() -> int:
     report_worst(worst)
     print()
     report_first_calls(first)
+    print()
+    chat_ahead.report(chat)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["first_calls"] = first
+    result["chat_ahead"] = chat
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"
@@ -1554,6 +1570,36 @@ def main_first_call(args: argparse.Namespace) -> int:
             "git": git_describe(),
             "machine": {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
             "first_calls": first,
+        }
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
+
+
+def main_g(args: argparse.Namespace) -> int:
+    """``--only g``: (g) alone, compaction ahead of reads (no peer needed)."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {DB}")
+        dsn = server.dsn(DB)
+        with psycopg.connect(dsn) as conn:
+            install(conn, Package.load(), say=lambda _line: None)
+            conn.commit()
+        chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
+    say("bench: server stopped and removed")
+    print()
+    chat_ahead.report(chat)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        path = args.out / f"{stamp}-g.json"
+        result = {
+            "started_at": started.isoformat(timespec="seconds"),
+            "git": git_describe(),
+            "chat_ahead": chat,
         }
         path.write_text(json.dumps(result, indent=2) + "\n")
         say(f"bench: wrote {path}")

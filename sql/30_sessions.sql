@@ -451,8 +451,10 @@ COMMENT ON VIEW aidb_memory.sessions IS
 CREATE OR REPLACE VIEW aidb_memory.events AS
 SELECT e.id AS event_id, e.public_id, e.correlation_id, e.namespace_id, e.actor_id, e.agent_id,
        e.session_id, e.idempotency_key, e.status, e.attempts, e.last_error, e.created_at,
-       e.processed_at
+       e.processed_at, e.kind
 FROM aidb_memory.event AS e;
 COMMENT ON VIEW aidb_memory.events IS
-'Admins and workers: the long-term-memory event each add recorded, with its status '
-'(accepted, processing, processed, failed, skipped).';
+'Admins and workers: the queue. The long-term-memory event each add recorded (kind extraction) '
+'and the compaction tasks add queued for the worker (kind compaction: a session''s next summary, '
+'written ahead of its reads), with their status (accepted, processing, processed, failed, '
+'skipped; a compaction task is skipped when dropped without a model call).';

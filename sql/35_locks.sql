@@ -25,11 +25,18 @@ BEGIN
                                             FROM aidb_memory.compaction_failure AS c
                                             JOIN removed AS r ON r.id = c.session_ref
                                             FOR UPDATE OF c SKIP LOCKED);
+    -- The same for what compaction ahead of reads recorded (migration 0014_compaction_ahead).
+    DELETE FROM aidb_memory.compaction_ahead AS a
+    WHERE a.session_ref IN (SELECT c.session_ref
+                            FROM aidb_memory.compaction_ahead AS c
+                            JOIN removed AS r ON r.id = c.session_ref
+                            FOR UPDATE OF c SKIP LOCKED);
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.compaction_locks_removed() IS
-'Trigger (internal): removes the compaction lock rows (compaction_lock) and cool-downs (compaction_failure) of deleted sessions.';
+'Trigger (internal): removes the compaction lock rows (compaction_lock), cool-downs '
+'(compaction_failure) and compaction-ahead thresholds (compaction_ahead) of deleted sessions.';
 
 CREATE OR REPLACE TRIGGER compaction_locks_removed AFTER DELETE ON aidb_memory.session
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT

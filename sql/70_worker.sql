@@ -12,7 +12,7 @@ SET debug_print_plan = off
 AS $py$ eventqueue.event_claim $py$;
 COMMENT ON FUNCTION aidb_memory.event_claim(integer, integer) IS
 'Internal (process_events): claims the oldest claimable event (accepted and due, or processing '
-'with a lapsed lease) with FOR UPDATE SKIP LOCKED, for lease_s seconds, counting the attempt; '
+'with a lapsed lease; compaction tasks before extraction events) with FOR UPDATE SKIP LOCKED, for lease_s seconds, counting the attempt; '
 'its id, or NULL. An event with max_attempts attempts made is marked failed instead (a lapsed '
 'lease: "attempt N ended without a result").';
 
@@ -30,8 +30,10 @@ SET debug_print_plan = off
 AS $py$ eventqueue.event_process $py$;
 COMMENT ON FUNCTION aidb_memory.event_process(bigint, integer, real) IS
 'Internal (process_events): works one claimed event: the extraction call, then reconciliation '
-'under a per-(namespace, actor) lock. Returns processed, skipped, retry (failed, due again after '
-'backoff), failed (after max_attempts) or lost (another worker holds it).';
+'under a per-(namespace, actor) lock; or, for a compaction task, the session''s next summary as '
+'a read would write it (skipped: dropped without a model call, nothing was due). Returns '
+'processed, skipped, retry (failed, due again after backoff), failed (after max_attempts) or lost '
+'(another worker holds it).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.event_error(
     event_id bigint,
@@ -87,6 +89,9 @@ COMMENT ON FUNCTION aidb_memory.event_remaining() IS
 -- and so does the statement after every COMMIT (a local setting ends with its transaction);
 -- nothing is evaluated before the pin, and variables have schema-qualified types (plpgsql
 -- resolves them when it compiles the body). The codebundle lint enforces all three.
+-- by_kind (issue 13) came after retried: the older signature cannot be replaced in place.
+DROP PROCEDURE IF EXISTS aidb_memory.process_events(
+    integer, integer, integer, real, integer, integer, integer);
 CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     max_events integer DEFAULT 100,
     lease_s integer DEFAULT 300,
@@ -94,7 +99,8 @@ CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     backoff_s real DEFAULT 10,
     INOUT processed integer DEFAULT NULL,
     INOUT failed integer DEFAULT NULL,
-    INOUT retried integer DEFAULT NULL
+    INOUT retried integer DEFAULT NULL,
+    INOUT by_kind jsonb DEFAULT NULL
 )
 LANGUAGE plpgsql
 AS $$
@@ -102,11 +108,21 @@ DECLARE
     claimed pg_catalog.int8;
     outcome pg_catalog.text;
     cancelled pg_catalog.text;
+    task_kind pg_catalog.text;
+    -- The compaction tasks among the counts (the rest are extraction events).
+    summarized pg_catalog.int4;
+    dropped pg_catalog.int4;
+    task_failed pg_catalog.int4;
+    task_retried pg_catalog.int4;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     processed := 0;
     failed := 0;
     retried := 0;
+    summarized := 0;
+    dropped := 0;
+    task_failed := 0;
+    task_retried := 0;
     IF max_events IS NULL OR max_events < 1 OR max_events > 100000 THEN
         RAISE EXCEPTION 'aidb_memory.process_events: max_events must be between 1 and 100000'
             USING ERRCODE = '22023';
@@ -116,6 +132,7 @@ BEGIN
         EXIT WHEN claimed IS NULL;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        SELECT e.kind INTO task_kind FROM aidb_memory.events AS e WHERE e.event_id = claimed;
         cancelled := NULL;
         BEGIN
             outcome := aidb_memory.event_process(claimed, max_attempts, backoff_s);
@@ -151,15 +168,37 @@ BEGIN
         ELSIF outcome = 'retry' THEN
             retried := retried + 1;
         END IF;
+        IF task_kind = 'compaction' THEN
+            IF outcome = 'processed' THEN
+                summarized := summarized + 1;
+            ELSIF outcome = 'skipped' THEN
+                dropped := dropped + 1;
+            ELSIF outcome = 'failed' THEN
+                task_failed := task_failed + 1;
+            ELSIF outcome = 'retry' THEN
+                task_retried := task_retried + 1;
+            END IF;
+        END IF;
     END LOOP;
+    by_kind := pg_catalog.jsonb_build_object(
+        'extraction', pg_catalog.jsonb_build_object(
+            'processed', processed - summarized - dropped,
+            'failed', failed - task_failed,
+            'retried', retried - task_retried),
+        'compaction', pg_catalog.jsonb_build_object(
+            'summarized', summarized, 'dropped', dropped,
+            'failed', task_failed, 'retried', task_retried));
 END
 $$;
-COMMENT ON PROCEDURE aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer) IS
-'The extraction worker (aidb_workers): claims up to max_events events one at a time (FOR UPDATE '
-'SKIP LOCKED, with a lease of lease_s seconds), extracts and reconciles each in its own '
-'transaction, retries a failed one after backoff_s doubling per attempt, and marks it failed '
-'after max_attempts. Returns how many were processed (or skipped), failed and retried. Safe to '
-'run from several sessions at once, and from pg_cron.';
+COMMENT ON PROCEDURE aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer, jsonb) IS
+'The worker (aidb_workers): claims up to max_events events one at a time (FOR UPDATE SKIP '
+'LOCKED, with a lease of lease_s seconds; compaction tasks first), works each in its own '
+'transaction (an extraction event: extract and reconcile; a compaction task: the session''s next '
+'summary, written ahead of its reads), retries a failed one after backoff_s doubling per '
+'attempt, and marks it failed after max_attempts. Returns how many were processed (or skipped), '
+'failed and retried, and by_kind: {"extraction": {processed, failed, retried}, "compaction": '
+'{summarized, dropped, failed, retried}}. Safe to run from several sessions at once, and from '
+'pg_cron.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.status(namespace text, actor_id text, event_id uuid)
 RETURNS jsonb
@@ -170,9 +209,10 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.status $py$;
 COMMENT ON FUNCTION aidb_memory.status(text, text, uuid) IS
-'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error and '
-'what it produced (counts and the ids of new memories); NULL for an unknown event or another '
-'actor''s. Errors: 22004, 22023, 42704, 42501.';
+'An event''s status (accepted, processing, processed, failed, skipped), attempts, last error, '
+'kind (extraction, or compaction for a task that compacts a session ahead of its reads) and what '
+'it produced (counts and the ids of new memories; a task''s summary range, or why it was '
+'dropped); NULL for an unknown event or another actor''s. Errors: 22004, 22023, 42704, 42501.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.events_retry(
     namespace text,
@@ -187,6 +227,6 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.events_retry $py$;
 COMMENT ON FUNCTION aidb_memory.events_retry(text, text, timestamptz) IS
-'Admins: puts the namespace''s failed events (only actor_id''s, only those failed at or after '
+'Admins: puts the namespace''s failed extraction events (only actor_id''s, only those failed at or after '
 'failed_since, when given) back in the queue, due now with attempts reset, and wakes the '
 'workers; returns how many. Errors: 22004, 42704.';

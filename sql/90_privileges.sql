@@ -58,7 +58,7 @@ GRANT SELECT ON aidb_memory.events TO aidb_workers;
 -- queue functions as its caller. The status of an event is the application's.
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
 GRANT EXECUTE ON PROCEDURE
-    aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer)
+    aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer, jsonb)
 TO aidb_workers;
 GRANT EXECUTE ON FUNCTION
     aidb_memory.event_claim(integer, integer),

@@ -282,3 +282,28 @@ def tool_calls(raw: str | None) -> list[dict[str, Any]] | None:
 
     value = json.loads(raw)
     return value if isinstance(value, list) else None
+
+
+# --- compaction ahead of reads (issue 13) ---------------------------------------------------------
+
+# The worker compacts a session once its unsummarized chars pass two thirds of the budget its reads
+# use: early enough that the summary is written before a read finds the session over budget (at
+# more than three quarters, B - newest summary), and late enough that each of these compactions
+# still folds more than half the budget (three quarters of more than two thirds), so that the bound
+# of the module's docstring, C / (B/2) + 1 model calls, holds for ahead and inline calls together.
+AHEAD_NUM, AHEAD_DEN = 2, 3
+
+
+def ahead_chars(room_chars: int) -> int:
+    """The unsummarized chars past which a session is compacted ahead of its reads, for reads
+    that leave ``room_chars`` to the history (the budget less the pinned instructions)."""
+    return AHEAD_NUM * room_chars // AHEAD_DEN
+
+
+def ahead_due(unsummarized_chars: int, newest_summary_chars: int, room_chars: int) -> bool:
+    """Whether the worker should compact now: past the ahead threshold, or already over budget
+    as a read sees it (:func:`needed`, e.g. when the newest summary was written for a larger
+    budget)."""
+    return unsummarized_chars > ahead_chars(room_chars) or needed(
+        unsummarized_chars, newest_summary_chars, room_chars
+    )

@@ -45,6 +45,7 @@ from aidb_memory_server.compaction import Source
 # (docs/architecture.md, "Loading the code").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from aidb_memory_server import llm
@@ -214,6 +215,7 @@ def session_compact(
     ns = found[0]
     session_ref = int(ns["ref"])
     config = validation.effective_config(json.loads(ns["config"]))
+    budget = limit_chars  # what the worker compacts ahead for (_remember)
     if config["pin_instructions"]:
         # The pinned instructions are returned beside every budgeted read and never summarized:
         # the budget that compaction works with is what they leave (as in the read's plan).
@@ -259,6 +261,7 @@ def session_compact(
     except Exception as e:
         _log(e)
         warnings = ["compaction_call_failed"]
+    _remember(session_ref, budget, limit_chars, config, int(ns["pinned_chars"]))
     if warnings:
         _drop_lock_if_deleted(session_ref)
     return warnings
@@ -347,7 +350,14 @@ def _compact(
     limit_chars: int,
     target: int,
     model: llm.Model,
+    *,
+    due: Callable[[int, int, int], bool] = compaction.needed,
+    purpose: str = "compaction",
+    written: list[dict[str, int]] | None = None,
 ) -> list[str]:
+    # due: whether the state read under the lock still calls for a summary (a read:
+    # compaction.needed; the worker: compaction.ahead_due). written: where the summary's range
+    # goes once stored.
     state = db.execute(_STATE, ("bigint",), (ref,))
     if not state.nrows():
         # Deleted while we waited for its lock row (the deletion had removed it uncommitted):
@@ -364,7 +374,7 @@ def _compact(
     if config["pin_instructions"] and covered_seq < int(s["pinned_seq"]):
         # Compaction covers only the turns after the instructions prefix.
         covered_seq, covered_offset = int(s["pinned_seq"]), int(s["pinned_chars"])
-    if not compaction.needed(end_offset - covered_offset, int(s["newest_chars"]), limit_chars):
+    if not due(end_offset - covered_offset, int(s["newest_chars"]), limit_chars):
         return []  # another backend compacted while we waited for nothing
     stop_seq = int(s["tail_round_start"])
     cap = int(config["compaction_max_input_chars"])
@@ -410,7 +420,9 @@ def _compact(
         )
         for r in rows
     ]
-    text, warning = _summarize(model, sources, target, namespace_id, config["llm_timeout_s"])
+    text, warning = _summarize(
+        model, sources, target, namespace_id, config["llm_timeout_s"], purpose
+    )
     if text is None:
         if warning == "compaction_call_failed":
             record_failure(ref, model.name, config)
@@ -422,7 +434,9 @@ def _compact(
         # The session changed under us (a pop, or a compaction committed by another snapshot).
         return ["compaction_busy"]
     clear_failures(ref)
-    if next_round < stop_seq and compaction.needed(end_offset - cut_offset, len(text), limit_chars):
+    if written is not None:
+        written.append({"from_seq": int(first["seq"]), "to_seq": cut, "chars": len(text)})
+    if next_round < stop_seq and due(end_offset - cut_offset, len(text), limit_chars):
         # Still catching up (the input cap, or a batch larger than the budget): later reads
         # summarize the rest, one step each.
         return ["compaction_incomplete"]
@@ -449,7 +463,12 @@ def _store(ref: int, first: Any, last: Any, cut: int, text: str, model_name: str
 
 
 def _summarize(
-    model: llm.Model, sources: list[Source], target: int, namespace_id: int, timeout_s: float
+    model: llm.Model,
+    sources: list[Source],
+    target: int,
+    namespace_id: int,
+    timeout_s: float,
+    purpose: str = "compaction",
 ) -> tuple[str | None, str | None]:
     """(summary, None), or (None, the warning that says why there is none)."""
     from aidb_memory_server import llm
@@ -466,7 +485,7 @@ def _summarize(
         result = llm.complete(
             model,
             messages,
-            purpose="compaction",
+            purpose=purpose,
             namespace_id=namespace_id,
             timeout_s=timeout_s,
             max_chars=target,
@@ -481,3 +500,163 @@ def _summarize(
             return text, None
         answer = text
     return None, "compaction_summary_overlength"
+
+
+# --- what the worker compacts ahead for (issue 13) ---------------------------------------------
+
+# The budget of the latest read that compacted (or found compaction due) and the total_chars past
+# which the session's unsummarized chars pass the ahead threshold of that budget: what add reads
+# (sessions._LOCK_FOR_ADD) to queue a task. Only the holder of the session's compaction lock row
+# writes them (migration 0014_compaction_ahead), so writers never race.
+_REMEMBER = """
+INSERT INTO aidb_memory.compaction_ahead AS a (session_ref, read_budget, ahead_at)
+SELECT $1, $2,
+       greatest(coalesce((SELECT x.to_offset FROM aidb_memory.summary AS x
+                          WHERE x.session_ref = $1 ORDER BY x.to_seq DESC LIMIT 1), 0), $3) + $4
+ON CONFLICT (session_ref) DO UPDATE
+SET read_budget = excluded.read_budget, ahead_at = excluded.ahead_at
+WHERE (a.read_budget, a.ahead_at) IS DISTINCT FROM (excluded.read_budget, excluded.ahead_at)
+"""
+
+
+def _remember(
+    session_ref: int, budget: int, room_chars: int, config: dict[str, Any], pinned_chars: int
+) -> None:
+    """Record ``budget`` and the session's next ahead threshold (from its newest summary, as it
+    now is) for the session whose compaction lock the caller holds. Never fails the read: a
+    failure (e.g. 40001 in a REPEATABLE READ transaction that a worker's update came after) is
+    logged, and the threshold stays what it was."""
+    floor = pinned_chars if config["pin_instructions"] else 0
+    try:
+        with plpy.subtransaction():
+            db.execute(
+                _REMEMBER,
+                ("bigint", "int", "bigint", "bigint"),
+                (session_ref, budget, floor, compaction.ahead_chars(room_chars)),
+            )
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise
+        _log(e)
+
+
+# --- compaction ahead of reads: the worker's task (issue 13) -----------------------------------
+
+_SESSION_BY_REF = """
+SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.pinned_chars
+FROM aidb_memory.session AS s
+JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id
+WHERE s.id = $1
+"""
+# Warnings after which the task is an attempt that failed: a later one may succeed (the model
+# answers again, the other compaction is over). The others say that no summary can help now.
+_RETRYABLE = frozenset(
+    {
+        "compaction_call_failed",
+        "compaction_summary_overlength",
+        "compaction_busy",
+        "compaction_model_unavailable",
+    }
+)
+
+
+class AheadOutcome:
+    """What a compaction task did. ``status``: 'processed' (a summary was written), 'skipped'
+    (dropped: nothing is due, or no summary can help; no model call was paid for nothing) or
+    'failed' (an attempt that failed, retried after backoff up to max_attempts by the queue).
+    ``result``: the task's result; ``error``: its last_error when failed."""
+
+    __slots__ = ("error", "result", "status")
+
+    def __init__(self, status: str, result: dict[str, Any], error: str | None = None) -> None:
+        self.status = status
+        self.result = result
+        self.error = error
+
+
+def _dropped(why: str, warnings: list[str] | None = None) -> AheadOutcome:
+    return AheadOutcome("skipped", {"dropped": why, "warnings": warnings or []})
+
+
+def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
+    """The worker's compaction task: summarize the session's oldest unsummarized turns for
+    reads of ``budget`` chars, exactly as such a read would (the same checks, lock, cut, prompt,
+    store and warnings), once its unsummarized chars pass the ahead threshold
+    (``compaction.ahead_due``). The state is read again under the session's compaction lock
+    (``FOR UPDATE SKIP LOCKED``), so a session deleted, or popped below the threshold, or
+    compacted by a read meanwhile is dropped without a model call. The call is recorded in
+    model_usage with purpose ``compaction_ahead``."""
+    found = db.execute(_SESSION_BY_REF, ("bigint",), (session_ref,))
+    if not found.nrows():
+        return _dropped("session_deleted")
+    ns = found[0]
+    config = validation.effective_config(json.loads(ns["config"]))
+    if not config["compaction_ahead"]:
+        return _dropped("compaction_ahead_off")
+    pinned = int(ns["pinned_chars"])
+    room = budget - pinned if config["pin_instructions"] else budget
+    if room <= 0:
+        return _dropped("pinned_instructions_over_budget")
+    target = compaction.target_chars(room)
+    if target < config["compaction_min_target_chars"]:
+        return _dropped("budget_too_small", ["compaction_budget_too_small"])
+    # The namespace's own model only: the worker does not know a read's fallback_model.
+    name = ns["llm"]
+    if name is None:
+        return _dropped("no_model", ["compaction_model_unavailable"])
+    if cooling_down(session_ref, name, config):
+        # Not again so soon after a failed call: the next add past the threshold queues anew.
+        return _dropped("cooling_down", ["compaction_call_failed"])
+    from aidb_memory_server import llm
+
+    try:
+        model = llm.load("process_events", name)
+    except Exception:
+        return AheadOutcome(
+            "failed",
+            {"warnings": ["compaction_model_unavailable"]},
+            f'compaction_model_unavailable: model "{name}" is not registered',
+        )
+    if llm.key_refusal(model) is not None:
+        return AheadOutcome(
+            "failed",
+            {"warnings": ["compaction_model_unavailable"]},
+            f'compaction_model_unavailable: the key of model "{name}" may not go to its endpoint',
+        )
+    if (
+        not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
+        and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
+    ):
+        return AheadOutcome("failed", {"warnings": ["compaction_busy"]}, "compaction_busy")
+    written: list[dict[str, int]] = []
+    try:
+        warnings = _compact(
+            int(ns["id"]),
+            config,
+            session_ref,
+            room,
+            target,
+            model,
+            due=compaction.ahead_due,
+            purpose="compaction_ahead",
+            written=written,
+        )
+    except plpy.SPIError as e:
+        if e.sqlstate == QUERY_CANCELED:
+            raise  # process_events records the cancelled attempt
+        _log(e)
+        warnings = ["compaction_call_failed"]
+    except Exception as e:
+        _log(e)
+        warnings = ["compaction_call_failed"]
+    _remember(session_ref, budget, room, config, pinned)
+    if warnings:
+        _drop_lock_if_deleted(session_ref)
+    result: dict[str, Any] = {"budget": budget, "warnings": warnings, "model": model.name}
+    if written:
+        return AheadOutcome("processed", {**result, "summary": written[0]})
+    retryable = [w for w in warnings if w in _RETRYABLE]
+    if retryable:
+        return AheadOutcome("failed", result, ", ".join(retryable))
+    # Nothing due any more (a read compacted, a pop), or no summary can help (the newest round).
+    return AheadOutcome("skipped", {**result, "dropped": warnings[0] if warnings else "not_due"})

@@ -50,6 +50,17 @@ ORDER BY q.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 """
+# Compaction tasks first (issue 13): a read is about to need their summary, while extraction
+# has no one waiting for it. The same rule otherwise.
+_CANDIDATE_COMPACTION = """
+SELECT q.id, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE q.kind = 'compaction'
+  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+       OR (q.status = 'processing' AND q.lease_until < now()))
+ORDER BY q.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
 # The claim is an attempt: counted here and committed by process_events before the work.
 _CLAIM = """
 UPDATE aidb_memory.event
@@ -63,7 +74,8 @@ WHERE id = $1
 # it for its whole attempt, and then the status is no longer 'processing'.
 _EVENT = """
 SELECT e.id, e.namespace_id, e.actor_id, e.agent_id, e.session_id, e.turns::text AS turns,
-       e.attempts, n.config::text AS config, n.model_spec::text AS model_spec
+       e.attempts, n.config::text AS config, n.model_spec::text AS model_spec,
+       e.kind, e.session_ref, e.budget
 FROM aidb_memory.event e
 JOIN aidb_memory.namespace n ON n.id = e.namespace_id
 WHERE e.id = $1 AND e.status = 'processing'
@@ -108,7 +120,9 @@ def event_claim(lease_s: int | None, max_attempts: int | None) -> int | None:
         raise invalid("process_events", "lease_s", "must be between 1 and 86400")
     limit, _ = _retry_policy(max_attempts, None)
     while True:
-        rows = db.execute(_CANDIDATE)
+        rows = db.execute(_CANDIDATE_COMPACTION)
+        if not rows.nrows():
+            rows = db.execute(_CANDIDATE)
         if not rows.nrows():
             return None
         event = rows[0]
@@ -163,6 +177,8 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
     if not rows.nrows():
         return "lost"
     event = rows[0]
+    if event["kind"] == "compaction":
+        return _compaction_task(event, limit, base)
     config = validation.effective_config(json.loads(event["config"]))
     model_name = json.loads(event["model_spec"]).get("llm")
     if not config["extraction"] or model_name is None:
@@ -304,7 +320,7 @@ WITH retried AS (
     UPDATE aidb_memory.event
     SET status = 'accepted', attempts = 0, lease_until = NULL, next_attempt_at = NULL,
         processed_at = NULL, result = NULL
-    WHERE namespace_id = $1 AND status = 'failed'
+    WHERE namespace_id = $1 AND status = 'failed' AND kind = 'extraction'
       AND ($2::text IS NULL OR actor_id = $2)
       AND ($3::timestamptz IS NULL OR processed_at >= $3)
     RETURNING 1
@@ -343,7 +359,7 @@ SELECT e.public_id::text AS event_id, e.status, e.attempts, e.last_error,
        to_json(e.created_at) #>> '{}' AS created_at,
        to_json(e.processed_at) #>> '{}' AS processed_at,
        to_json(e.next_attempt_at) #>> '{}' AS next_attempt_at,
-       e.result::text AS result
+       e.result::text AS result, e.kind
 FROM aidb_memory.event e
 WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.public_id = $3
 """
@@ -361,3 +377,19 @@ def status(namespace_name: str | None, actor_id: str | None, event_id: str | Non
     r = dict(rows[0])
     r["result"] = json.loads(r["result"]) if r["result"] else None
     return json.dumps(r)
+
+
+# --- compaction tasks (issue 13) ---------------------------------------------------------------
+
+
+def _compaction_task(event: Any, limit: int, base: float) -> str:
+    """Work a compaction task (queued by add, compactor.compact_ahead): 'processed' when a
+    summary was written, 'skipped' when the task was dropped (no model call), else a failed
+    attempt with the queue's backoff and max_attempts."""
+    # Imported here: only a worker that meets a compaction task needs it.
+    from aidb_memory_server import compactor
+
+    done = compactor.compact_ahead(int(event["session_ref"]), int(event["budget"]))
+    if done.status == "failed":
+        return _fail(event, limit, base, done.error or "compaction failed")
+    return _finish(int(event["id"]), done.status, done.result)

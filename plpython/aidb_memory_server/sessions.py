@@ -268,10 +268,12 @@ _LOCK_FOR_ADD = f"""
 SELECT {_NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
-       s.pinned_seq,
+       s.pinned_seq, l.ahead_at, l.read_budget,
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
+-- Where a compaction task becomes due (compactor._remember); read, never locked.
+LEFT JOIN aidb_memory.compaction_ahead l ON l.session_ref = s.id
 LEFT JOIN aidb_memory.event r
        ON $4::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $4
@@ -334,6 +336,22 @@ _STORE_TYPES = (
     *("text", "bigint", "text[]", "bigint", "bigint"),
     *("text[]", "text[]", "boolean", "text", "bigint", "bigint"),
 )
+# A compaction task for the worker (issue 13), only when this add passes the session's ahead
+# threshold (_ahead_budget): a statement of its own, so that the common path stays two
+# statements and its second one costs what it did (a second insert into event in it, even one
+# that inserts nothing, costs every add its executor setup). At most one task is pending per
+# session; it wakes the workers that LISTEN (at commit).
+_QUEUE_COMPACTION = """
+WITH c AS (
+    INSERT INTO aidb_memory.event
+        (namespace_id, actor_id, session_id, turn_count, status, kind, session_ref, budget)
+    VALUES ($1, $2, $3, 0, 'accepted', 'compaction', $4, $5)
+    ON CONFLICT (session_ref) WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
+    DO NOTHING
+    RETURNING 1
+)
+SELECT pg_notify('aidb_memory_events', '') AS woke FROM c
+"""
 _NO_TURNS: tuple[Any, ...] = ([],) * 10
 _INSTRUCTION_ROLES = frozenset(("system", "developer"))
 _NO_ITEMS: tuple[Any, ...] = ([], [], False, None, 0, 0)
@@ -493,6 +511,7 @@ def add(
                 pinned_chars += t.chars
             else:
                 pinning = False
+    ahead = _ahead_budget(ns, row, running)
     stored = db.execute(
         _STORE,
         _STORE_TYPES,
@@ -533,8 +552,28 @@ def add(
         ),
     )
     if stored.nrows():
+        if ahead is not None:
+            db.execute(
+                _QUEUE_COMPACTION,
+                ("bigint", "text", "text", "bigint", "int"),
+                (ns.id, actor, sid, row["ref"], ahead),
+            )
         return str(stored[0]["public_id"])
     return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+
+
+def _ahead_budget(ns: Namespace, row: Any, total_chars: int) -> int | None:
+    """The budget of the compaction task this add queues (issue 13), or None: when the
+    session's total_chars pass its ahead threshold (recorded by the last compaction, which
+    knows the newest summary and the budget of the reads), compaction ahead is on and the
+    namespace names a model (the worker has no read's fallback_model). The worker checks
+    the exact state again under the session's compaction lock."""
+    at = row["ahead_at"]
+    if at is None or total_chars <= int(at) or row["read_budget"] is None:
+        return None
+    if not ns.config["compaction_ahead"] or not ns.model_spec.get("llm"):
+        return None
+    return int(row["read_budget"])
 
 
 def _one(rows: Any) -> Any:

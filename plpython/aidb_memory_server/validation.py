@@ -31,6 +31,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # that model again (compaction_call_failed at once); 0: every over-budget read calls it.
     "compaction_cooldown_s": 60,
     "extraction": True,
+    # The worker summarizes a session before its reads need it (issue 13); off: reads compact.
+    "compaction_ahead": True,
     # Budgeted reads return the session's leading system/developer turns first, never summarized.
     "pin_instructions": False,
     "actor_binding": "none",
@@ -160,7 +162,7 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be an integer")
             if not lo <= value <= hi:
                 raise invalid(function, field, f"must be between {lo} and {hi}")
-        elif key in ("extraction", "pin_instructions"):
+        elif key in ("extraction", "pin_instructions", "compaction_ahead"):
             if not isinstance(value, bool):
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:

@@ -199,7 +199,7 @@ def cmd_events_list(args: argparse.Namespace) -> int:
     with connect(args.dsn, autocommit=True) as conn:
         counts = events.list_counts(conn, args.namespace)
     if args.json:
-        print(json.dumps({c.namespace: c.by_status for c in counts}, indent=2))
+        print(json.dumps(events.as_json(counts), indent=2))
         return 0
     if not counts:
         where = f' in namespace "{args.namespace}"' if args.namespace else ""
@@ -340,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_deps)
     p = sub.add_parser(
-        "worker", parents=[common], help="run long-term-memory extraction until stopped"
+        "worker",
+        parents=[common],
+        help="run the queue (extraction, compaction ahead of reads) until stopped",
     )
     p.add_argument("--once", action="store_true", help="process what is queued, then exit")
     p.add_argument("--batch", type=int, default=1, help="events per call (default 1)")
@@ -352,10 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--backoff", type=float, default=10.0, help="first retry delay in s, doubling (default 10)"
     )
     p.set_defaults(func=cmd_worker)
-    p = sub.add_parser("events", help="the extraction queue: counts by status, retry failed")
+    p = sub.add_parser(
+        "events", help="the queue (extraction, compaction): counts by status, retry failed"
+    )
     events_sub = p.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     q = events_sub.add_parser(
-        "list", parents=[common], help="events by status per namespace (admins, workers)"
+        "list",
+        parents=[common],
+        help="events by status per namespace and kind (admins, workers)",
     )
     q.add_argument("--namespace", help="only this namespace")
     q.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,4 +1,5 @@
-"""``aidb-memory worker``: runs the extraction queue (SPEC §5) until stopped.
+"""``aidb-memory worker``: runs the queue (SPEC §5; issue 13) until stopped: extraction events
+and compaction tasks (a session's next summary, written before its reads need it).
 
 It calls ``aidb_memory.process_events`` in batches; when the queue is empty it waits on
 ``LISTEN aidb_memory_events`` (every ``add`` that queues an event notifies at commit), with a
@@ -51,21 +52,45 @@ class Options:
     idle_s: float = 5.0  # longest wait for a notification before looking again
 
 
+# What process_events reports per kind (its by_kind), in the order printed.
+KIND_COUNTS = {
+    "extraction": ("processed", "failed", "retried"),
+    "compaction": ("summarized", "dropped", "failed", "retried"),
+}
+
+
 @dataclass
 class Totals:
-    """What the worker did so far."""
+    """What the worker did so far: all kinds together, and per kind."""
 
     processed: int = 0
     failed: int = 0
     retried: int = 0
     started: float = field(default_factory=time.monotonic)
+    by_kind: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {k: dict.fromkeys(names, 0) for k, names in KIND_COUNTS.items()}
+    )
+
+    def add_kinds(self, reported: object) -> None:
+        """Add a CALL's by_kind (NULL from an older server: nothing to add)."""
+        if not isinstance(reported, dict):
+            return
+        for kind, names in KIND_COUNTS.items():
+            counts = reported.get(kind)
+            if isinstance(counts, dict):
+                for name in names:
+                    self.by_kind[kind][name] += _count(counts.get(name))
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.processed / elapsed
+        kinds = "; ".join(
+            f"{kind}: " + ", ".join(f"{name} {self.by_kind[kind][name]}" for name in names)
+            for kind, names in KIND_COUNTS.items()
+        )
         return (
             f"processed {self.processed}, failed {self.failed}, retried {self.retried} "
-            f"({rate:.1f} events/s)"
+            f"({rate:.1f} events/s); {kinds}"
         )
 
 
@@ -145,7 +170,8 @@ def run(
             row = conn.execute(
                 _PROCESS, (options.batch, options.lease_s, options.max_attempts, options.backoff_s)
             ).fetchone()
-            processed, failed, retried = (_count(v) for v in row) if row else (0, 0, 0)
+            processed, failed, retried = (_count(v) for v in row[:3]) if row else (0, 0, 0)
+            by_kind = row[3] if row and len(row) > 3 else None
         except psycopg.Error as e:
             kind = classify(e.sqlstate, conn.closed or conn.broken)
             if kind == "config":
@@ -169,6 +195,7 @@ def run(
         totals.processed += processed
         totals.failed += failed
         totals.retried += retried
+        totals.add_kinds(by_kind)
         if processed or failed or retried:
             say(f"worker: {totals.line()}")
         if processed + failed + retried >= options.batch:

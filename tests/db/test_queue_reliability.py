@@ -368,11 +368,11 @@ def test_cli_events_list_and_retry(db: Database, fake: FakeOpenAI, ns: None) -> 
     listed = run_cli("events", "list", dsn=db.dsn(ADMIN_USER))
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [
-        "namespace  accepted  processing  processed  failed  skipped",
-        "mem" + " " * 15 + "1           0          0       3        0",
+        "namespace  kind        accepted  processing  processed  failed  skipped",
+        "mem        extraction         1           0          0       3        0",
     ]
     as_json = run_cli("events", "list", "--json", "--namespace", NS, dsn=db.dsn(WORKER_USER))
-    assert json.loads(as_json.stdout) == {NS: {"accepted": 1, "failed": 3}}
+    assert json.loads(as_json.stdout) == {NS: {"extraction": {"accepted": 1, "failed": 3}}}
     retried = run_cli(
         "events", "retry", "--namespace", NS, "--actor", "alice", dsn=db.dsn(ADMIN_USER)
     )

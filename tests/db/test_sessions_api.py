@@ -529,6 +529,8 @@ def test_events_view_has_exactly_these_columns(db: Database) -> None:
         ("last_error", "text"),
         ("created_at", "timestamp with time zone"),
         ("processed_at", "timestamp with time zone"),
+        # Issue 13: the queue also holds compaction tasks; SPEC §5's columns come first.
+        ("kind", "text"),
     ]
 
 

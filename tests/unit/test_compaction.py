@@ -453,3 +453,36 @@ def test_tool_calls_parses_json_text() -> None:
     assert compaction.tool_calls("[]") == []
     assert compaction.tool_calls('{"id": "x"}') is None
     assert compaction.tool_calls("null") is None
+
+
+# --- compaction ahead of reads (issue 13) -------------------------------------------------------
+
+
+def test_ahead_threshold_is_two_thirds_of_the_room_rounded_down() -> None:
+    assert compaction.ahead_chars(8000) == 5333
+    assert compaction.ahead_chars(1000) == 666
+    assert not compaction.ahead_due(666, 0, 1000)
+    assert compaction.ahead_due(667, 0, 1000)
+
+
+def test_ahead_is_due_whenever_a_read_would_compact() -> None:
+    # A summary written for a larger budget: the read is over budget below two thirds.
+    assert compaction.needed(500, 600, 1000)
+    assert compaction.ahead_due(500, 600, 1000)
+    assert not compaction.ahead_due(0, 900, 1000)
+
+
+@given(
+    st.integers(min_value=1, max_value=100_000),
+    st.integers(min_value=0, max_value=25_000),
+    st.integers(min_value=4, max_value=100_000),
+)
+def test_an_ahead_compaction_folds_more_than_half_the_budget(
+    unsummarized: int, summary: int, room: int
+) -> None:
+    """The bound C / (B/2) + 1 holds for ahead compactions too: past two thirds, three quarters
+    of the unsummarized chars (at least, when the newest round is small) is more than half."""
+    if compaction.ahead_due(unsummarized, summary, room) and not compaction.needed(
+        unsummarized, summary, room
+    ):
+        assert 2 * compaction.past_share(unsummarized) > room

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aidb_memory.events import Counts, table, tally
+from aidb_memory.events import Counts, as_json, table, tally
 from aidb_memory.worker import RETRY_MAX_S, classify, retry_delay
 
 
@@ -37,11 +37,27 @@ def test_retry_delay_doubles_and_is_capped() -> None:
 
 
 def test_tally_and_table() -> None:
-    counts = tally([("b", "failed", 2), ("a", "processed", 10), ("b", "accepted", 1)])
-    assert counts == [Counts("a", {"processed": 10}), Counts("b", {"failed": 2, "accepted": 1})]
-    assert table(counts) == [
-        "namespace  accepted  processing  processed  failed  skipped",
-        "a                 0           0         10       0        0",
-        "b                 1           0          0       2        0",
+    counts = tally(
+        [
+            ("b", "extraction", "failed", 2),
+            ("b", "compaction", "processed", 3),
+            ("a", "extraction", "processed", 10),
+            ("b", "extraction", "accepted", 1),
+        ]
+    )
+    assert counts == [
+        Counts("a", "extraction", {"processed": 10}),
+        Counts("b", "extraction", {"failed": 2, "accepted": 1}),
+        Counts("b", "compaction", {"processed": 3}),
     ]
-    assert table([]) == ["namespace  accepted  processing  processed  failed  skipped"]
+    assert table(counts) == [
+        "namespace  kind        accepted  processing  processed  failed  skipped",
+        "a          extraction         0           0         10       0        0",
+        "b          extraction         1           0          0       2        0",
+        "b          compaction         0           0          3       0        0",
+    ]
+    assert as_json(counts) == {
+        "a": {"extraction": {"processed": 10}},
+        "b": {"extraction": {"failed": 2, "accepted": 1}, "compaction": {"processed": 3}},
+    }
+    assert table([]) == ["namespace  kind  accepted  processing  processed  failed  skipped"]
