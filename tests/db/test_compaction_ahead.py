@@ -199,7 +199,7 @@ def test_a_task_for_a_deleted_or_popped_session_is_dropped_without_a_model_call(
 def test_a_failing_model_follows_backoff_and_max_attempts_and_reads_still_compact(
     db: Database, fake: FakeOpenAI, app: psycopg.Connection[Any]
 ) -> None:
-    _setup(db, fake)
+    _setup(db, fake, compaction_cooldown_s=0)  # every attempt calls (the cool-down: below)
     _compacted_once(app, fake)
     _add(app, _exchange(11))
     fake.queue(Reply(status=500))
@@ -231,6 +231,28 @@ def test_a_failing_model_follows_backoff_and_max_attempts_and_reads_still_compac
     assert _purposes(db)[-1] == "compaction"
     # A failed task does not block the next one, and events_retry leaves tasks alone.
     assert db.value("SELECT aidb_memory.events_retry(%s)", (NS,), user=ADMIN_USER) == 0
+
+
+def test_a_task_inside_the_cool_down_is_dropped_without_a_call(
+    db: Database, fake: FakeOpenAI, app: psycopg.Connection[Any]
+) -> None:
+    _setup(db, fake)  # compaction_cooldown_s: the default, 60 s
+    _compacted_once(app, fake)
+    _add(app, _exchange(11))
+    fake.queue(Reply(status=500))
+    first = _work(db, max_attempts=3, backoff_s=3600)
+    assert first[3]["compaction"]["retried"] == 1, first
+    before = len(fake.calls())
+    db.sql("UPDATE aidb_memory.event SET next_attempt_at = now() WHERE kind = 'compaction'")
+    outcome = _work(db, max_attempts=3)
+    assert outcome[3]["compaction"]["dropped"] == 1, outcome
+    assert len(fake.calls()) == before, "the failing model is not called again so soon"
+    (task,) = _tasks(db)
+    assert task["status"] == "skipped"
+    assert (
+        db.value("SELECT result->>'dropped' FROM aidb_memory.event WHERE kind = 'compaction'")
+        == "cooling_down"
+    )
 
 
 def test_compaction_ahead_off_queues_nothing(
