@@ -35,7 +35,7 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
-AS $py$ sessions.add $py$;
+AS $py$ adding.add $py$;
 COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
 'Store a batch of turns, all or none, and record an event for long-term memory; returns the event '
 'id. With session_id the turns are appended to that session (created on first use) at gap-free '

@@ -16,13 +16,12 @@ code, since it imports ``importlib.resources`` and ``pathlib``).
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
 import marshal
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a few ms to import: only the type checker reads these
+    from importlib.machinery import ModuleSpec
     from types import CodeType, ModuleType
     from typing import Any
 
@@ -65,18 +64,21 @@ class DatabaseFinder:
 
     def find_spec(
         self, fullname: str, path: Any = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         entry = self.modules.get(fullname)
         if entry is None:
             return None
-        return importlib.machinery.ModuleSpec(
+        # ModuleSpec from the import system's own frozen module: `import importlib.machinery`
+        # would load the importlib package (and warnings) on every backend's first call.
+        spec: ModuleSpec = sys.modules["_frozen_importlib"].ModuleSpec(
             fullname,
-            self,  # type: ignore[arg-type]
+            self,
             origin=f"aidb_memory.runtime_modules:{fullname}",
             is_package=entry[1],
         )
+        return spec
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return None
 
     def exec_module(self, module: ModuleType) -> None:
@@ -175,7 +177,8 @@ def boot(gd: dict[str, Any], generation: str) -> Any:
     _forget_previous_code()
     sys.meta_path.insert(0, DatabaseFinder(modules))
     _set_pythonpath(gd, settings.get("server_pythonpath"))
-    runtime = importlib.import_module(PACKAGE + ".runtime")
+    __import__(PACKAGE + ".runtime")
+    runtime = sys.modules[PACKAGE + ".runtime"]
     rt = runtime.Runtime(loaded, settings)
     gd[_RUNTIME_KEY] = rt
     return rt

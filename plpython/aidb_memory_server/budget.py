@@ -6,9 +6,12 @@ module is its specification, checked against it by the property tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from aidb_memory_server.errors import invalid
+
+# collections.abc only for the type checker: it imports collections, which a read need not load.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 BUDGET_MAX = 100_000_000
 TURNS_MAX = 1_000_000

@@ -17,13 +17,12 @@ B/4 therefore costs at most C / (B/2) + 1 model calls, whatever the number of re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 # A read imports this module for target_chars and needed: it must not make the read import
 # dataclasses (~9 ms on a backend's first call, for inspect), typing, json nor items
 # (docs/architecture.md, "Loading the code"). Hence plain classes below.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 SHARE_NUM, SHARE_DEN = 3, 4  # the oldest three quarters of the unsummarized chars

@@ -506,7 +506,7 @@ def _summarize(
 
 # The budget of the latest read that compacted (or found compaction due) and the total_chars past
 # which the session's unsummarized chars pass the ahead threshold of that budget: what add reads
-# (sessions._LOCK_FOR_ADD) to queue a task. Only the holder of the session's compaction lock row
+# (adding._LOCK_FOR_ADD) to queue a task. Only the holder of the session's compaction lock row
 # writes them (migration 0014_compaction_ahead), so writers never race.
 _REMEMBER = """
 INSERT INTO aidb_memory.compaction_ahead AS a (session_ref, read_budget, ahead_at)

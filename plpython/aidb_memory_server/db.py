@@ -6,12 +6,11 @@ new code generation; PostgreSQL itself re-validates a saved plan after DDL on wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import plpy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a first call ~4 ms (docs/architecture.md, "Loading the code")
+    from collections.abc import Sequence
     from typing import Any
 
 _plans: dict[str, Any] = {}

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
 import itertools
 import operator
 import sys
-from collections.abc import Callable, Generator, Iterator, MutableMapping, Sequence
 
 import plpy
 
@@ -16,6 +13,7 @@ from aidb_memory_server.errors import INTERNAL_ERROR, ApiError, named_message
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a first call ~4 ms (docs/architecture.md, "Loading the code")
+    from collections.abc import Callable, Generator, Iterator, MutableMapping, Sequence
     from typing import Any
 
 PACKAGE = "aidb_memory_server"
@@ -40,7 +38,10 @@ class Runtime:
 
     def _resolve(self, target: str) -> Callable[..., Any]:
         module_name, _, attr = target.rpartition(".")
-        fn: Callable[..., Any] = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), attr)
+        # __import__, not importlib.import_module: importing importlib costs a first call.
+        name = f"{PACKAGE}.{module_name}"
+        __import__(name)
+        fn: Callable[..., Any] = getattr(sys.modules[name], attr)
         self._targets[target] = fn
         return fn
 
@@ -123,7 +124,7 @@ class Runtime:
         steps: Iterator[Any] = itertools.starmap(
             operator.call, map(outcome, itertools.repeat(None))
         )
-        return functools.partial(next, steps)
+        return steps.__next__  # a C method: no frame of ours (functools would load collections)
 
 
 def _finished() -> Generator[None, None, None]:
