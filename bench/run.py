@@ -1504,8 +1504,15 @@ def main() -> int:
     return 0
 
 
-def main_worst_search(args: argparse.Namespace) -> int:
-    """``--only worst-search``: (e2) alone, on (e)'s memories."""
+def run_alone(
+    args: argparse.Namespace,
+    name: str,
+    work: Callable[[str], dict[str, Any]],
+    show: Callable[[dict[str, Any]], None],
+) -> int:
+    """One row alone (``--only``) on a server of its own: ``work(dsn)`` after install returns
+    the row's JSON entries, ``show`` prints them; they are written to
+    ``<UTC start time>-<name>.json``."""
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     say("bench: starting a throwaway PostgreSQL server")
@@ -1516,94 +1523,57 @@ def main_worst_search(args: argparse.Namespace) -> int:
         with psycopg.connect(dsn) as conn:
             install(conn, Package.load(), say=lambda _line: None)
             conn.commit()
+        found = work(dsn)
+    say("bench: server stopped and removed")
+    print()
+    show(found)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        path = args.out / f"{stamp}-{name}.json"
+        result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
+        path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
+
+
+def main_worst_search(args: argparse.Namespace) -> int:
+    """``--only worst-search``: (e2) alone, on (e)'s memories."""
+
+    def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
             setup.execute("SELECT aidb_memory.init(%s)", (NS,))
             say(f"bench: generating {args.memories:,} memories for (e)")
             generated = build_memories(setup, args.memories)
         say("bench: (e2) the worst single search of a 100,000-char query")
-        worst = worst_search(dsn)
-    say("bench: server stopped and removed")
-    print()
-    report_worst(worst)
-    if not args.no_save:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stamp = started.strftime("%Y%m%dT%H%M%SZ")
-        path = args.out / f"{stamp}-worst-search.json"
-        result = {
-            "started_at": started.isoformat(timespec="seconds"),
-            "git": git_describe(),
-            "memories": generated,
-            "worst_search": worst,
-        }
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        say(f"bench: wrote {path}")
-    return 0
+        return {"memories": generated, "worst_search": worst_search(dsn)}
+
+    return run_alone(args, "worst-search", work, lambda r: report_worst(r["worst_search"]))
 
 
 def main_first_call(args: argparse.Namespace) -> int:
     """``--only first-call``: (f) alone, on a 1,000-turn session 'small' made as (b)'s is."""
-    signal.signal(signal.SIGTERM, _terminate)
-    started = dt.datetime.now(dt.UTC)
-    say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer() as server:
-        with psycopg.connect(server.dsn(), autocommit=True) as admin:
-            admin.execute(f"CREATE DATABASE {DB}")
-        dsn = server.dsn(DB)
-        with psycopg.connect(dsn) as conn:
-            install(conn, Package.load(), say=lambda _line: None)
-            conn.commit()
+
+    def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
             setup.execute("SELECT aidb_memory.init(%s)", (NS,))
             for seq in range(1, 1000, 2):
                 setup.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
         say("bench: (f) the first call on new connections")
         first = first_calls(dsn, 10 if args.quick else FIRST_CONNECTIONS)
-    say("bench: server stopped and removed")
-    print()
-    report_first_calls(first)
-    if not args.no_save:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stamp = started.strftime("%Y%m%dT%H%M%SZ")
-        path = args.out / f"{stamp}-first-call.json"
-        result = {
-            "started_at": started.isoformat(timespec="seconds"),
-            "git": git_describe(),
-            "machine": {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
-            "first_calls": first,
-        }
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        say(f"bench: wrote {path}")
-    return 0
+        machine = {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())}
+        return {"machine": machine, "first_calls": first}
+
+    return run_alone(args, "first-call", work, lambda r: report_first_calls(r["first_calls"]))
 
 
 def main_g(args: argparse.Namespace) -> int:
     """``--only g``: (g) alone, compaction ahead of reads (no peer needed)."""
-    signal.signal(signal.SIGTERM, _terminate)
-    started = dt.datetime.now(dt.UTC)
-    say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer() as server:
-        with psycopg.connect(server.dsn(), autocommit=True) as admin:
-            admin.execute(f"CREATE DATABASE {DB}")
-        dsn = server.dsn(DB)
-        with psycopg.connect(dsn) as conn:
-            install(conn, Package.load(), say=lambda _line: None)
-            conn.commit()
-        chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
-    say("bench: server stopped and removed")
-    print()
-    chat_ahead.report(chat)
-    if not args.no_save:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stamp = started.strftime("%Y%m%dT%H%M%SZ")
-        path = args.out / f"{stamp}-g.json"
-        result = {
-            "started_at": started.isoformat(timespec="seconds"),
-            "git": git_describe(),
-            "chat_ahead": chat,
-        }
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        say(f"bench: wrote {path}")
-    return 0
+
+    def work(dsn: str) -> dict[str, Any]:
+        return {"chat_ahead": chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)}
+
+    return run_alone(args, "g", work, lambda r: chat_ahead.report(r["chat_ahead"]))
 
 
 def report(
