@@ -269,8 +269,8 @@ def session_compact(
 
 def still_due(session_ref: int, model_name: str, config: dict[str, Any]) -> str | None:
     """Whether a compaction of session ``session_ref`` may call ``model_name`` now: ``None``, or
-    the warning that says why not. For a compaction that was decided earlier (a queued task), to
-    be asked right before the call, under the session's compaction lock: the transaction can
+    the warning that says why not. For a compaction that was decided earlier (a queued task,
+    :func:`compact_ahead`), asked before its model is loaded: the transaction can
     store a summary (``compaction_read_only``), the session still exists (``compaction_busy``:
     deleted meanwhile) and the model is not in its cool-down for this session
     (``compaction_call_failed``). Whether the session still needs a summary (a pop or another
@@ -574,6 +574,14 @@ class AheadOutcome:
         self.error = error
 
 
+# still_due's answer as the reason a task records for being dropped.
+_NOT_DUE_ANY_MORE = {
+    "compaction_read_only": "read_only",
+    "compaction_busy": "session_deleted",
+    "compaction_call_failed": "cooling_down",
+}
+
+
 def _dropped(why: str, warnings: list[str] | None = None) -> AheadOutcome:
     return AheadOutcome("skipped", {"dropped": why, "warnings": warnings or []})
 
@@ -604,9 +612,11 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
     name = ns["llm"]
     if name is None:
         return _dropped("no_model", ["compaction_model_unavailable"])
-    if cooling_down(session_ref, name, config):
-        # Not again so soon after a failed call: the next add past the threshold queues anew.
-        return _dropped("cooling_down", ["compaction_call_failed"])
+    why_not = still_due(session_ref, name, config)
+    if why_not is not None:
+        # Nowhere to store a summary, the session gone, or its model failed a moment ago: no
+        # call; the next add past the threshold queues anew.
+        return _dropped(_NOT_DUE_ANY_MORE[why_not], [why_not])
     from aidb_memory_server import llm
 
     try:
