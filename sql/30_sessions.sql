@@ -399,8 +399,9 @@ SET debug_print_plan = off
 AS $py$ sessions.session_pop $py$;
 COMMENT ON FUNCTION aidb_memory.session_pop(text, text, text) IS
 'Undo: remove and return the newest turn (NULL when the session is empty); a summary covering it '
-'is removed too. Pop until a user turn comes back to walk back a whole exchange. Errors: 22004, '
-'22023, 42704, 42501, 55000 closed session.';
+'is removed too. Pop until a user turn comes back to walk back a whole exchange. A compaction of '
+'the session in flight is waited for at most 5 s (or lock_timeout, when shorter). Errors: 22004, '
+'22023, 42704, 42501, 55000 closed session, 55P03 still being compacted.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_list(
     namespace text,
