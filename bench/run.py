@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import chat_ahead  # row (g), bench/chat_ahead.py
+import concurrency  # row (h), bench/concurrency.py
 import psycopg
 from psycopg.types.string import TextLoader
 
@@ -1221,11 +1222,12 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "worst-search", "first-call", "g"),
+        choices=("all", "worst-search", "first-call", "g", "h"),
         default="all",
         help="worst-search: only (e2), the worst single search of a 100,000-char query, on "
         "(e)'s memories (no peer needed); first-call: only (f), the first call on new "
-        "connections; g: only (g), compaction ahead of reads",
+        "connections; g: only (g), compaction ahead of reads; h: only (h), concurrent chat "
+        "turns",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -1260,6 +1262,8 @@ def main() -> int:
         return main_first_call(args)
     if args.only == "g":
         return main_g(args)
+    if args.only == "h":
+        return main_h(args)
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -1407,6 +1411,7 @@ def main() -> int:
             groups = [["a_add", "a_ref"], ["b_get", "b_ref", "c_get", "c_ref"]]
             groups.append(["d_peer", "d_ours", "d_session", "d_ours_sync"])
             measure(runner, paths, groups, args)
+            concurrent = runner.run(run_h(dsn, args))
             say("bench: (f) the first call on new connections")
             first = first_calls(dsn, 10 if args.quick else FIRST_CONNECTIONS)
 
@@ -1483,7 +1488,11 @@ def main() -> int:
             )
         ],
     }
-    result = report(args, paths, shape, search, pg_version, started, load_before, load_after)
+    result = report(
+        args, paths, shape, search, concurrent, pg_version, started, load_before, load_after
+    )
+    print()
+    concurrency.report(concurrent)
     print()
     report_worst(worst)
     print()
@@ -1493,6 +1502,7 @@ def main() -> int:
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["first_calls"] = first
+    result["concurrent"] = concurrent
     result["chat_ahead"] = chat
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -1567,6 +1577,37 @@ def main_first_call(args: argparse.Namespace) -> int:
     return run_alone(args, "first-call", work, lambda r: report_first_calls(r["first_calls"]))
 
 
+async def run_h(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    """(h): concurrent chat turns, ours and the reference in alternating slices."""
+    return await concurrency.run(
+        dsn,
+        NS,
+        ACTOR,
+        add_ref=ADD_REF,
+        turn_cols=TURN_COLS,
+        consistent=SESSION_CONSISTENT,
+        check=check,
+        say=say,
+        rounds=args.rounds,
+        seconds=args.slice,
+        warmup=args.warmup,
+    )
+
+
+def main_h(args: argparse.Namespace) -> int:
+    """``--only h``: (h) alone, concurrent chat turns (no peer needed)."""
+
+    def work(dsn: str) -> dict[str, Any]:
+        with connect(dsn) as setup:
+            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+        machine = {"cpus": os.cpu_count(), "loadavg_before": list(os.getloadavg())}
+        found = asyncio.run(run_h(dsn, args))
+        machine["loadavg_after"] = list(os.getloadavg())
+        return {"machine": machine, "concurrent": found}
+
+    return run_alone(args, "h", work, lambda r: concurrency.report(r["concurrent"]))
+
+
 def main_g(args: argparse.Namespace) -> int:
     """``--only g``: (g) alone, compaction ahead of reads (no peer needed)."""
 
@@ -1581,6 +1622,7 @@ def report(
     paths: dict[str, Measured],
     shape: dict[str, Any],
     search: dict[str, Any],
+    concurrent: dict[str, Any],
     pg_version: str,
     started: dt.datetime,
     load_before: tuple[float, float, float],
@@ -1592,6 +1634,8 @@ def report(
     for c in COMPARISONS:
         print(f"  {c.title}")
         print(f"      {c.what}")
+    print(f"  {concurrency.TITLE}")
+    print(f"      {concurrency.WHAT}")
     print()
     cols = ("path", "what", "ops", "ops/s", "mean µs", "p50 µs", "p95 µs", "client")
     header = "{:<12} {:<32} {:>7} {:>8} {:>8} {:>8} {:>8}  {}".format(*cols)
@@ -1628,6 +1672,25 @@ def report(
                 "result": verdict,
             }
         )
+    h = concurrent
+    name = f"h_ours/h_ref ({h['clients']} clients, throughput)"
+    print(
+        row("h", name, h["measured"], f">={concurrency.TARGET}", h["by_round"]) + f"  {h['result']}"
+    )
+    comps.append(
+        {
+            "id": "h",
+            "title": concurrency.TITLE,
+            "what": concurrency.WHAT,
+            "ratio": "h_ours/h_ref",
+            "metric": "throughput",
+            "measured": h["measured"],
+            "median_of_rounds": h["median_of_rounds"],
+            "target": h["target"],
+            "by_round": h["by_round"],
+            "result": h["result"],
+        }
+    )
     info = []
     for num, den, metric, what in INFO:
         overall, rounds = ratio(paths, num, den, metric)
