@@ -321,7 +321,10 @@ def _bounded_query(fn: str, ns: Namespace, actor: str, query: str) -> tuple[str 
 # each looked up by exact match on memory_word's primary key, best trigram similarity first; and
 # only for a word with none of those, the words most similar to it by trigrams (above
 # pg_trgm.similarity_threshold, pinned on the SQL function). At most $6 words each. pg_trgm's
-# schema goes where "@trgm@" is (extensions.trgm_sql).
+# schema goes where "@trgm@" is (extensions.trgm_sql). The namespace is a filter there, as in
+# _SEARCH: with it, the planner would scan the actor's whole vocabulary on the primary key and
+# compare every word (an average actor has few words), where the trigram index (actor, word)
+# reads only the words that share trigrams with the misspelled one.
 _NEAR_WORDS = """
 WITH hit AS (
     SELECT v.source, v.variant
@@ -342,7 +345,7 @@ SELECT u.word,
            (SELECT array_agg(n.word ORDER BY n.sim DESC, n.word)
             FROM (SELECT v.word, "@trgm@".similarity(v.word, u.word) AS sim
                   FROM aidb_memory.memory_word v
-                  WHERE v.namespace_id = $1 AND v.actor_id = $2
+                  WHERE v.namespace_id + 0 = $1 AND v.actor_id = $2
                     AND v.word OPERATOR("@trgm@".%) u.word
                   ORDER BY sim DESC, v.word
                   LIMIT $6) n),
