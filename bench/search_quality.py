@@ -3,10 +3,10 @@
 30 queries of a few words about (e)'s generated memories, each with one word misspelled: 10 with
 two neighbouring letters swapped ("Volov"), 10 with a letter replaced ("Skoba"), 10 with a letter
 missing or one too many ("almods", "Teslla"). Each is also given spelled right. The intended
-memory of a query is the best hit of ``search`` for the query spelled right (one memory: every
-query has at least one word that only a few hundred of the actor's 100,000 memories use); the
-query is a hit when that memory is among search's first 3 results for the misspelled query. The
-row is the share of hits, target >= 0.9.
+memory of a query is the best hit of ``search`` for the query spelled right (one memory; the
+query spelled right matches from about 20 to 900 of the actor's 100,000 memories); the query is
+a hit when that memory is among search's first 3 results for the misspelled query. The row is
+the share of hits, target >= 0.9.
 
 Checked before anything is counted (a failed check stops the run): the misspelled word is not a
 word of the actor's memories and the right one is (memory_word), plain full text finds nothing

@@ -28,7 +28,7 @@ AS $py$ memories.search $py$;
 COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
 'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
 'of full-text search, a full-text search with the actor''s words nearest each misspelled one '
-'(trigram similarity) and, when the namespace '
+'(one edit away, else by trigram similarity) and, when the namespace '
 'has an embedding model and the memories were embedded with it, cosine similarity. score is in '
 '[0, 1] (1: first in every signal). Never superseded, deleted or another actor''s memories. '
 'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
