@@ -30,6 +30,7 @@ from typing import Any
 import chat_ahead  # row (g), bench/chat_ahead.py
 import concurrency  # row (h), bench/concurrency.py
 import psycopg
+import search_quality  # row (i), bench/search_quality.py
 from psycopg.types.string import TextLoader
 
 from aidb_memory.installer import Package, install
@@ -1071,6 +1072,7 @@ class Comparison:
 
 
 D_SESSION_TARGET = 1.0
+E_TARGET = 2.0
 
 COMPARISONS = [
     Comparison(
@@ -1139,7 +1141,7 @@ COMPARISONS = [
         "e_ref",
         "latency",
         "<=",
-        3.0,
+        E_TARGET,
     ),
 ]
 INFO = [
@@ -1222,12 +1224,13 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "worst-search", "first-call", "g", "h"),
+        choices=("all", "e", "i", "worst-search", "first-call", "g", "h"),
         default="all",
-        help="worst-search: only (e2), the worst single search of a 100,000-char query, on "
-        "(e)'s memories (no peer needed); first-call: only (f), the first call on new "
-        "connections; g: only (g), compaction ahead of reads; h: only (h), concurrent chat "
-        "turns",
+        help="e: only (e), search against plain full text, then (i) on its memories; i: only "
+        "(i), search quality on misspelled queries, on (e)'s memories; worst-search: only "
+        "(e2), the worst single search of a 100,000-char query, on (e)'s memories (no peer "
+        "needed); first-call: only (f), the first call on new connections; g: only (g), "
+        "compaction ahead of reads; h: only (h), concurrent chat turns",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -1264,6 +1267,10 @@ def main() -> int:
         return main_g(args)
     if args.only == "h":
         return main_h(args)
+    if args.only == "e":
+        return main_e(args)
+    if args.only == "i":
+        return main_i(args)
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -1417,50 +1424,12 @@ def main() -> int:
 
             # (e) comes after the others: its 1,000,000 rows and their scans would otherwise
             # push the sessions' pages out of the buffer cache between their rounds.
-            say(f"bench: generating {args.memories:,} memories for (e)")
-            with connect(dsn) as setup:
-                generated = build_memories(setup, args.memories)
-                say("bench: verifying the memories and that both paths of (e) answer every query")
-                answers = verify_memories(setup, args.memories)
-                ns_row = setup.execute(
-                    "SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)
-                ).fetchone()
-                assert ns_row is not None
-                ns_id = ns_row[0]
-            e_ours, e_ref, e_custom = connect(dsn), connect(dsn), connect(dsn)
-            conns += [e_ours, e_ref, e_custom]
-            # The reference again, planned for each query's values (the generic plan a prepared
-            # statement gets after 5 runs estimates an average actor's ~100 rows, not 100,000).
-            e_custom.execute("SET plan_cache_mode = force_custom_plan")
-            e_search = QueryCycle(e_ours, SEARCH, [(NS, ACTOR, q) for q, _ in SEARCH_QUERIES])
-            e_plain = QueryCycle(
-                e_ref,
-                SEARCH_REF,
-                [{"ns": ns_id, "actor": ACTOR, "q": q} for q, _ in SEARCH_QUERIES],
-            )
-            e_plain_custom = QueryCycle(e_custom, SEARCH_REF, e_plain.params)
-            e_paths = [
-                Measured(
-                    "e_search",
-                    f"search, {per_actor // 1000}k of {args.memories // 1000}k memories",
-                    psy,
-                    op=e_search,
-                ),
-                Measured(
-                    "e_ref", f"plain full text, {per_actor // 1000}k memories", psy, op=e_plain
-                ),
-                Measured(
-                    "e_ref_custom",
-                    f"the same, custom plans, {per_actor // 1000}k",
-                    psy,
-                    op=e_plain_custom,
-                ),
-            ]
-            paths.update((p.name, p) for p in e_paths)
-            on = (e_search, e_plain, e_plain_custom)
-            measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
+            search, e_conns = measure_e(runner, dsn, args, paths)
+            conns += e_conns
             say("bench: (e2) the worst single search of a 100,000-char query")
             worst = worst_search(dsn)
+            say("bench: (i) search quality, 30 misspelled queries")
+            quality = search_quality.run(dsn, NS, ACTOR, say)
             chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
         finally:
             for c in conns:
@@ -1473,21 +1442,6 @@ def main() -> int:
     say("bench: server stopped and removed")
 
     load_after = os.getloadavg()
-    search = {
-        "data": generated,
-        "queries": [
-            {
-                **answer,
-                "ours_mean_ms": round(sum(a) / len(a) / 1e6, 2),
-                "reference_mean_ms": round(sum(b) / len(b) / 1e6, 2),
-                "reference_custom_plan_mean_ms": round(sum(c) / len(c) / 1e6, 2),
-                "ops": [len(a), len(b), len(c)],
-            }
-            for answer, a, b, c in zip(
-                answers, e_search.by_query, e_plain.by_query, e_plain_custom.by_query, strict=True
-            )
-        ],
-    }
     result = report(
         args, paths, shape, search, concurrent, pg_version, started, load_before, load_after
     )
@@ -1496,11 +1450,14 @@ def main() -> int:
     print()
     report_worst(worst)
     print()
+    search_quality.report(quality)
+    print()
     report_first_calls(first)
     print()
     chat_ahead.report(chat)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
+    result["search_quality"] = quality
     result["first_calls"] = first
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
@@ -1545,6 +1502,137 @@ def run_alone(
         path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
         say(f"bench: wrote {path}")
     return 0
+
+
+def measure_e(
+    runner: asyncio.Runner,
+    dsn: str,
+    args: argparse.Namespace,
+    paths: dict[str, Measured],
+) -> tuple[dict[str, Any], list[psycopg.Connection[Any]]]:
+    """(e): generate and verify the memories, then measure its paths (added to ``paths``) side by
+    side. Returns the per-query results and the connections it opened (the caller closes them)."""
+    per_actor = args.memories // 10
+    psy = f"psycopg {version('psycopg')} sync"
+    say(f"bench: generating {args.memories:,} memories for (e)")
+    with connect(dsn) as setup:
+        generated = build_memories(setup, args.memories)
+        say("bench: verifying the memories and that both paths of (e) answer every query")
+        answers = verify_memories(setup, args.memories)
+        ns_row = setup.execute(
+            "SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)
+        ).fetchone()
+        assert ns_row is not None
+        ns_id = ns_row[0]
+    e_ours, e_ref, e_custom = connect(dsn), connect(dsn), connect(dsn)
+    # The reference again, planned for each query's values (the generic plan a prepared
+    # statement gets after 5 runs estimates an average actor's ~100 rows, not 100,000).
+    e_custom.execute("SET plan_cache_mode = force_custom_plan")
+    e_search = QueryCycle(e_ours, SEARCH, [(NS, ACTOR, q) for q, _ in SEARCH_QUERIES])
+    e_plain = QueryCycle(
+        e_ref,
+        SEARCH_REF,
+        [{"ns": ns_id, "actor": ACTOR, "q": q} for q, _ in SEARCH_QUERIES],
+    )
+    e_plain_custom = QueryCycle(e_custom, SEARCH_REF, e_plain.params)
+    e_paths = [
+        Measured(
+            "e_search",
+            f"search, {per_actor // 1000}k of {args.memories // 1000}k memories",
+            psy,
+            op=e_search,
+        ),
+        Measured("e_ref", f"plain full text, {per_actor // 1000}k memories", psy, op=e_plain),
+        Measured(
+            "e_ref_custom",
+            f"the same, custom plans, {per_actor // 1000}k",
+            psy,
+            op=e_plain_custom,
+        ),
+    ]
+    paths.update((p.name, p) for p in e_paths)
+    on = (e_search, e_plain, e_plain_custom)
+    measure(runner, paths, [[p.name for p in e_paths]], args, start_recording=on)
+    search = {
+        "data": generated,
+        "queries": [
+            {
+                **answer,
+                "ours_mean_ms": round(sum(a) / len(a) / 1e6, 2),
+                "reference_mean_ms": round(sum(b) / len(b) / 1e6, 2),
+                "reference_custom_plan_mean_ms": round(sum(c) / len(c) / 1e6, 2),
+                "ops": [len(a), len(b), len(c)],
+            }
+            for answer, a, b, c in zip(
+                answers, e_search.by_query, e_plain.by_query, e_plain_custom.by_query, strict=True
+            )
+        ],
+    }
+    return search, [e_ours, e_ref, e_custom]
+
+
+def main_e(args: argparse.Namespace) -> int:
+    """``--only e``: (e) alone, then (i) on the same memories."""
+
+    def work(dsn: str) -> dict[str, Any]:
+        with connect(dsn) as setup:
+            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+        paths: dict[str, Measured] = {}
+        with asyncio.Runner() as runner:
+            search, conns = measure_e(runner, dsn, args, paths)
+        for c in conns:
+            c.close()
+        e = next(c for c in COMPARISONS if c.id == "e")
+        overall, rounds = ratio(paths, e.num, e.den, e.metric)
+        custom, _ = ratio(paths, "e_search", "e_ref_custom", "latency")
+        say("bench: (i) search quality, 30 misspelled queries")
+        quality = search_quality.run(dsn, NS, ACTOR, say)
+        return {
+            "settings": {"rounds": args.rounds, "slice_s": args.slice, "burst": args.burst},
+            "machine": {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
+            "e": {
+                "ratio": "e_search/e_ref",
+                "measured": round(overall, 3),
+                "median_of_rounds": round(median(rounds), 3),
+                "by_round": [round(x, 3) for x in rounds],
+                "target": f"{e.op} {e.target}",
+                "result": "PASS" if e.passes(overall) else "MISS",
+                "vs_custom_plans": round(custom, 3),
+            },
+            "paths": {name: stats(p) for name, p in paths.items()},
+            "search": search,
+            "search_quality": quality,
+        }
+
+    def show(r: dict[str, Any]) -> None:
+        e = r["e"]
+        for name, st in r["paths"].items():
+            print(f"{name:<12} {st['label']:<36} {st['ops']:>6} ops, mean {st['mean_us']:>8.0f} µs")
+        print(
+            f"(e) search / plain full text (mean latency): {e['measured']:.2f}, target "
+            f"{e['target']}  {e['result']} (rounds {min(e['by_round']):.2f}.."
+            f"{max(e['by_round']):.2f}; info: / the reference with custom plans "
+            f"{e['vs_custom_plans']:.2f})"
+        )
+        report_search(r["search"])
+        print()
+        search_quality.report(r["search_quality"])
+
+    return run_alone(args, "e", work, show)
+
+
+def main_i(args: argparse.Namespace) -> int:
+    """``--only i``: (i) alone, on (e)'s memories."""
+
+    def work(dsn: str) -> dict[str, Any]:
+        with connect(dsn) as setup:
+            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            say(f"bench: generating {args.memories:,} memories for (e)")
+            generated = build_memories(setup, args.memories)
+        say("bench: (i) search quality, 30 misspelled queries")
+        return {"memories": generated, "search_quality": search_quality.run(dsn, NS, ACTOR, say)}
+
+    return run_alone(args, "i", work, lambda r: search_quality.report(r["search_quality"]))
 
 
 def main_worst_search(args: argparse.Namespace) -> int:
@@ -1615,6 +1703,28 @@ def main_g(args: argparse.Namespace) -> int:
         return {"chat_ahead": chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)}
 
     return run_alone(args, "g", work, lambda r: chat_ahead.report(r["chat_ahead"]))
+
+
+def report_search(search: dict[str, Any]) -> None:
+    """(e)'s table per query."""
+    data = search["data"]
+    print(
+        f"(e) per query: {data['of_actor']:,} memories of one actor among {data['total']:,} "
+        f"(generated in {data['seconds']:.0f} s); mean ms over all rounds"
+    )
+    header = "{:<26} {:>10} {:>8} {:>6} {:>11}  {:>7}  {}".format(
+        "query", "search ms", "ref ms", "ratio", "ref* ms", "ref hits", "search's best hit"
+    )
+    print(header)
+    print("-" * len(header))
+    for q in search["queries"]:
+        print(
+            f"{q['query']:<26} {q['ours_mean_ms']:>10.1f} {q['reference_mean_ms']:>8.1f} "
+            f"{q['ours_mean_ms'] / q['reference_mean_ms']:>6.0f} "
+            f"{q['reference_custom_plan_mean_ms']:>11.1f}  {q['reference_rows']:>7}  "
+            f"{q['ours_best']}"
+        )
+    print("ref*: the reference with custom plans (plan_cache_mode = force_custom_plan)")
 
 
 def report(
@@ -1706,24 +1816,7 @@ def report(
             }
         )
     print()
-    data = search["data"]
-    print(
-        f"(e) per query: {data['of_actor']:,} memories of one actor among {data['total']:,} "
-        f"(generated in {data['seconds']:.0f} s); mean ms over all rounds"
-    )
-    header = "{:<26} {:>10} {:>8} {:>6} {:>11}  {:>7}  {}".format(
-        "query", "search ms", "ref ms", "ratio", "ref* ms", "ref hits", "search's best hit"
-    )
-    print(header)
-    print("-" * len(header))
-    for q in search["queries"]:
-        print(
-            f"{q['query']:<26} {q['ours_mean_ms']:>10.1f} {q['reference_mean_ms']:>8.1f} "
-            f"{q['ours_mean_ms'] / q['reference_mean_ms']:>6.0f} "
-            f"{q['reference_custom_plan_mean_ms']:>11.1f}  {q['reference_rows']:>7}  "
-            f"{q['ours_best']}"
-        )
-    print("ref*: the reference with custom plans (plan_cache_mode = force_custom_plan)")
+    report_search(search)
     print()
     print(
         f"load average 1 min: {load_before[0]:.2f} before, {load_after[0]:.2f} after "

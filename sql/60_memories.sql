@@ -3,7 +3,9 @@
 
 -- The fuzzy signal looks up the words nearest each query word by `%` (similarity above
 -- pg_trgm.similarity_threshold), which the trigram index of memory_word answers; the threshold is
--- pinned here for the call, whatever the session set.
+-- pinned here for the call, whatever the session set. Its statements are planned once per
+-- connection (plan_cache_mode): with the values of a call, the planner would plan the word
+-- lookups again on every call, for the same plan.
 CREATE OR REPLACE FUNCTION aidb_memory.search(
     namespace text,
     actor_id text,
@@ -21,11 +23,12 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 SET pg_trgm.similarity_threshold = 0.3
+SET plan_cache_mode = force_generic_plan
 AS $py$ memories.search $py$;
 COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
 'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
 'of full-text search, a full-text search with the actor''s words nearest each misspelled one '
-'(trigram similarity) and, when the namespace '
+'(one edit away, else by trigram similarity) and, when the namespace '
 'has an embedding model and the memories were embedded with it, cosine similarity. score is in '
 '[0, 1] (1: first in every signal). Never superseded, deleted or another actor''s memories. '
 'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '

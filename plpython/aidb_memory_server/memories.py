@@ -88,7 +88,7 @@ GROUP BY w.embedding_model
 """
 
 # $1 namespace, $2 actor, $3 the query's tsquery (websearch_to_tsquery, computed once by
-# _QUERY_SHAPE: a generic plan would otherwise parse the query again for every row it ranks; NULL
+# _bounded_query: a generic plan would otherwise parse the query again for every row it ranks; NULL
 # when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 query embedding
 # (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
 # $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
@@ -97,14 +97,21 @@ GROUP BY w.embedding_model
 # ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
 # with 100,000 of them is scored on a bounded sample, not on all of them. The fuzzy and any-word
 # tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row.
+# The text signals test the namespace with "m.namespace_id + 0": a filter on the rows the GIN
+# index finds by actor and words, not a key of that index scan. As a key it would merge the
+# namespace's whole posting list (every memory of the namespace) into the scan, which cost more
+# than the rest of the scan with 1,000,000 memories in one namespace (bench/README.md, (e)). The
+# price: an actor_id that many namespaces share is matched in all of them, then filtered.
+# Each signal carries created_at, the last tie-breaker, so that only the best $4 memories are
+# fetched again, for what the caller gets.
 _SEARCH = """
 WITH fts AS (
-    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, $3) AS rank
+        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, $3) AS rank
         FROM (
-            SELECT m.id, m.tsv FROM aidb_memory.memory m
-            WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
+            WHERE m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ $3
             LIMIT $16
@@ -113,13 +120,13 @@ WITH fts AS (
         LIMIT $11
     ) c
 ), fuzzy AS (
-    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $14))) AS rank
+        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $14))) AS rank
         FROM (
-            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
             WHERE $14::text IS NOT NULL
-              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ (SELECT to_tsquery('simple', $14))
             LIMIT $16
@@ -128,13 +135,13 @@ WITH fts AS (
         LIMIT $11
     ) c
 ), vec AS (
-    SELECT c.id, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
+    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
     FROM (
-        SELECT w.id,
+        SELECT w.id, w.created_at,
                (SELECT sum(x * y) / nullif(sqrt(sum(x * x)) * sqrt(sum(y * y)), 0)
                 FROM unnest(w.embedding::float8[], $7::float8[]) AS u(x, y)) AS sim
         FROM (
-            SELECT m.id, m.embedding, m.session_id, m.agent_id
+            SELECT m.id, m.created_at, m.embedding, m.session_id, m.agent_id
             FROM aidb_memory.memory m
             WHERE $7::real[] IS NOT NULL
               AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
@@ -154,13 +161,13 @@ WITH fts AS (
 ), anyword AS (
     -- Memories with any of the words (those given, or nearest the misspelled ones): recall for a
     -- query whose words no memory has all of. Only when the precise signals found too few.
-    SELECT c.id, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
     FROM (
-        SELECT m.id, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $15))) AS rank
+        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $15))) AS rank
         FROM (
-            SELECT m.id, m.tsv FROM aidb_memory.memory m
+            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
             WHERE (SELECT needed FROM recall)
-              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ (SELECT to_tsquery('simple', $15))
             LIMIT $16
@@ -169,10 +176,15 @@ WITH fts AS (
         LIMIT $11
     ) c
 ), fused AS (
-    SELECT s.id, sum(1.0::float8 / ($10 + s.r)) AS total
+    SELECT s.id, max(s.created_at) AS created_at, sum(1.0::float8 / ($10 + s.r)) AS total
     FROM (SELECT * FROM fts UNION ALL SELECT * FROM fuzzy UNION ALL SELECT * FROM vec
           UNION ALL SELECT * FROM anyword) s
     GROUP BY s.id
+), best AS (
+    -- The best $4, ordered here on what the signals read already: only they are fetched again.
+    SELECT f.id, f.created_at, f.total FROM fused f
+    ORDER BY f.total DESC, f.created_at DESC, f.id DESC
+    LIMIT $4
 ), attempted AS (
     -- The signals that ran: full text always, the others when given ($9 counts them), and the
     -- any-word signal when it ran (the precise ones found fewer than limit memories).
@@ -181,11 +193,10 @@ WITH fts AS (
 SELECT m.public_id::text AS id, m.content,
        least(1.0, f.total / (a.n * (1.0::float8 / ($10 + 1))))::real AS score,
        m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
-FROM fused f
+FROM best f
 CROSS JOIN attempted a
 JOIN aidb_memory.memory m ON m.id = f.id
-ORDER BY f.total DESC, m.created_at DESC, m.id DESC
-LIMIT $4
+ORDER BY f.total DESC, f.created_at DESC, f.id DESC
 """
 _SEARCH_TYPES = (
     *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
@@ -243,18 +254,29 @@ _QUERY_WORDS = """
 SELECT length(to_tsvector('simple', $1)) AS words,
        (SELECT count(*) FROM ts_parse('default', $1) AS t WHERE t.tokid <> 12) AS tokens
 """
+# With the tree, the query's words (lexemes, in order) and those the actor's memories never use
+# ($2 namespace, $3 actor), the misspelled ones: one probe of memory_word's primary key a word (a
+# correlated subquery, which the planner cannot turn into a hash join over the whole vocabulary).
 _QUERY_TREE = """
-SELECT nullif(q::text, '') AS q, numnode(q) AS nodes FROM websearch_to_tsquery('simple', $1) AS q
+SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words,
+       ARRAY(SELECT u.word FROM unnest(w.words) AS u(word)
+             WHERE (SELECT true FROM aidb_memory.memory_word e
+                    WHERE e.namespace_id = $2 AND e.actor_id = $3 AND e.word = u.word
+                    LIMIT 1) IS NULL
+             ORDER BY u.word) AS unknown
+FROM websearch_to_tsquery('simple', $1) AS q,
+     LATERAL (SELECT ARRAY(SELECT u.word FROM unnest(tsvector_to_array(to_tsvector('simple', $1)))
+                           AS u(word) ORDER BY u.word) AS words) AS w
 """
 _NODES_HINT = (
     "search with fewer words and operators, or an admin raises config.search_max_query_nodes"
 )
 
 
-def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
-    """The query's tsquery (None: no lexemes), once its cost is known to be within the
-    namespace's caps (22023 naming the config key otherwise). Runs before any model is called:
-    a query refused costs only this."""
+def _bounded_query(fn: str, ns: Namespace, actor: str, query: str) -> tuple[str | None, Any]:
+    """The query's tsquery (None: no lexemes) and its words (the row of _QUERY_TREE), once its
+    cost is known to be within the namespace's caps (22023 naming the config key otherwise).
+    Runs before any model is called: a query refused costs only this."""
     cfg = ns.config
     cap = cfg["search_max_query_chars"]
     if len(query) > cap:
@@ -281,7 +303,7 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
             f"has {tokens} words and operators, more than the namespace limit of {cap}",
             hint=_NODES_HINT,
         )
-    tree = db.execute(_QUERY_TREE, ("text",), (query,))[0]
+    tree = db.execute(_QUERY_TREE, ("text", "bigint", "text"), (query, ns.id, actor))[0]
     nodes = int(tree["nodes"])
     if nodes > cap:
         raise invalid(
@@ -291,45 +313,64 @@ def _bounded_query(fn: str, ns: Namespace, query: str) -> str | None:
             f"limit of {cap}",
             hint=_NODES_HINT,
         )
-    return None if tree["q"] is None else str(tree["q"])
+    return (None if tree["q"] is None else str(tree["q"])), tree
 
 
-# Each query word (a lexeme, as full text sees it): whether the actor's memories use it, and if
-# not, the actor's words nearest it by trigram similarity (above pg_trgm.similarity_threshold,
-# pinned on the SQL function). pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
+# The words of the actor's memories nearest each misspelled query word ($3, the words no memory
+# of the actor uses): those within one edit of it ($4, $5: word and variant, fusion.edit_lookups),
+# each looked up by exact match on memory_word's primary key, best trigram similarity first; and
+# only for a word with none of those, the words most similar to it by trigrams (above
+# pg_trgm.similarity_threshold, pinned on the SQL function). At most $6 words each. pg_trgm's
+# schema goes where "@trgm@" is (extensions.trgm_sql). The namespace is a filter there, as in
+# _SEARCH: with it, the planner would scan the actor's whole vocabulary on the primary key and
+# compare every word (an average actor has few words), where the trigram index (actor, word)
+# reads only the words that share trigrams with the misspelled one.
 _NEAR_WORDS = """
-SELECT q.word, q.known,
-       coalesce(array_agg(n.word ORDER BY n.sim DESC, n.word) FILTER (WHERE n.word IS NOT NULL),
-                '{}') AS near
-FROM (
-    SELECT u.word,
-           EXISTS (SELECT 1 FROM aidb_memory.memory_word e
-                   WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.word = u.word) AS known
-    FROM unnest(tsvector_to_array(to_tsvector('simple', $3))) AS u(word)
-) q
-LEFT JOIN LATERAL (
-    SELECT v.word, "@trgm@".similarity(v.word, q.word) AS sim
-    FROM aidb_memory.memory_word v
-    WHERE NOT q.known AND v.namespace_id = $1 AND v.actor_id = $2
-      AND v.word OPERATOR("@trgm@".%) q.word
-    ORDER BY sim DESC, v.word
-    LIMIT $4
-) n ON true
-GROUP BY q.word, q.known
-ORDER BY q.word
+WITH hit AS (
+    SELECT v.source, v.variant
+    FROM unnest($4::text[], $5::text[]) AS v(source, variant)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM aidb_memory.memory_word x
+        WHERE x.namespace_id = $1 AND x.actor_id = $2 AND x.word = v.variant
+        LIMIT 1
+    ) AS x
+)
+SELECT u.word,
+       coalesce(
+           (SELECT array_agg(h.variant ORDER BY h.sim DESC, h.variant)
+            FROM (SELECT h.variant, "@trgm@".similarity(h.variant, u.word) AS sim
+                  FROM hit h WHERE h.source = u.word
+                  ORDER BY sim DESC, h.variant
+                  LIMIT $6) h),
+           (SELECT array_agg(n.word ORDER BY n.sim DESC, n.word)
+            FROM (SELECT v.word, "@trgm@".similarity(v.word, u.word) AS sim
+                  FROM aidb_memory.memory_word v
+                  WHERE v.namespace_id + 0 = $1 AND v.actor_id = $2
+                    AND v.word OPERATOR("@trgm@".%) u.word
+                  ORDER BY sim DESC, v.word
+                  LIMIT $6) n),
+           '{}') AS near
+FROM unnest($3::text[]) AS u(word)
 """
 NEAR_WORDS = 3
 
 
-def _word_queries(namespace_id: int, actor: str, query: str) -> tuple[str | None, str | None]:
-    """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery)."""
-    rows = db.execute(
-        extensions.trgm_sql(_NEAR_WORDS, "search"),
-        ("bigint", "text", "text", "int"),
-        (namespace_id, actor, query, NEAR_WORDS),
-    )
-    words = [(r["word"], bool(r["known"]), list(r["near"])) for r in rows]
-    return fusion.fuzzy_tsquery(words), fusion.any_tsquery(words)
+def _word_queries(
+    namespace_id: int, actor: str, words: list[str], unknown: list[str]
+) -> tuple[str | None, str | None]:
+    """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery) for
+    the query's ``words``, of which ``unknown`` no memory of the actor uses."""
+    near: dict[str, list[str]] = {}
+    if unknown:
+        sources, variants = fusion.edit_lookups(unknown)
+        rows = db.execute(
+            extensions.trgm_sql(_NEAR_WORDS, "search"),
+            ("bigint", "text", "text[]", "text[]", "text[]", "int"),
+            (namespace_id, actor, unknown, sources, variants, NEAR_WORDS),
+        )
+        near = {r["word"]: list(r["near"]) for r in rows}
+    triples = [(w, w not in near, near.get(w, [])) for w in words]
+    return fusion.fuzzy_tsquery(triples), fusion.any_tsquery(triples)
 
 
 def search(
@@ -349,9 +390,9 @@ def search(
         raise required(fn, "query")
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
-    tsquery = _bounded_query(fn, ns, query)
+    tsquery, tree = _bounded_query(fn, ns, actor, query)
     vector, model_name = _query_embedding(fn, ns, actor, query)
-    fuzzy, any_word = _word_queries(ns.id, actor, query)
+    fuzzy, any_word = _word_queries(ns.id, actor, list(tree["words"]), list(tree["unknown"]))
     signals = 1 + (vector is not None) + (fuzzy is not None)
     rows = db.execute(
         _SEARCH,

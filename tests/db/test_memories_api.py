@@ -138,6 +138,47 @@ def test_a_misspelled_word_is_found_by_trigrams(db: Database, facts: dict[str, s
     assert _search(db, "enginer at Acme")[0][1] == "Alice works at Acme as a data engineer"
 
 
+TYPO_FACTS = [
+    "Alice prefers email over phone calls",
+    "Alice prefers phone calls in the morning",
+    "Alice has a cat called Miso",
+    "Alice has a car called Betty",
+    "Alice has a dog called Rex",
+    "Alice drinks tea at the corner cafe",
+    "Alice drinks coffee at home",
+    "Alice flies to Oslo in June",
+    "Alice flies to Rome in May",
+    "Alice flies to Lima in July",
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "intended"),
+    [
+        # Two letters swapped: "emial" shares 2 of 10 trigrams with "email" (similarity 0.2).
+        ("prefers emial", "Alice prefers email over phone calls"),
+        ("a cta called Miso", "Alice has a cat called Miso"),
+        ("flies to Olso", "Alice flies to Oslo in June"),
+        # A letter missing, too many, replaced.
+        ("tea at the cfe", "Alice drinks tea at the corner cafe"),
+        ("drinks teaa", "Alice drinks tea at the corner cafe"),
+        ("flies to Oclo", "Alice flies to Oslo in June"),
+    ],
+)
+def test_a_word_one_edit_away_is_found_and_ranked_top_three(
+    db: Database, query: str, intended: str
+) -> None:
+    _namespace(db)
+    ids = {content: _memory(db, content) for content in TYPO_FACTS}
+    assert not db.value(
+        "SELECT bool_or(tsv @@ websearch_to_tsquery('simple', %s)) FROM aidb_memory.memory",
+        (query,),
+    ), "full-text search alone cannot find it"
+    rows = _search(db, query)
+    assert ids[intended] in [r[0] for r in rows[:3]], rows
+    assert rows[0][0] == ids[intended], rows
+
+
 def test_nothing_matches_nothing(db: Database, facts: dict[str, str]) -> None:
     assert _search(db, "xylophone") == []
     assert _search(db, "!!!") == []
