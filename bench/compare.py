@@ -59,14 +59,31 @@ def prepare(dsn: str, tree: Path) -> psycopg.Connection[Any]:
     return conn
 
 
+# The reads of (d) and (d2) on the same session: session_messages as (d) and AidbSession call it.
+MESSAGES = "SELECT aidb_memory.session_messages(%s, %s, %s, limit_turns => %s)::text"
+RESPONSES = (
+    "SELECT aidb_memory.session_messages(%s, %s, %s, limit_items => %s, "
+    "format => 'responses')::text"
+)
+OPS = {
+    "add": "(a) add",
+    "get": "(b) session_get 8,000 chars",
+    "messages": "(d) session_messages 20 turns",
+    "responses": "(d2) responses 20 items",
+}
+
+
 def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
     """Mean µs of ``n`` calls of ``op``."""
     t0 = time.perf_counter()
     for _ in range(n):
         if op == "add":
             conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
-        else:
+        elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+        else:
+            sql = MESSAGES if op == "messages" else RESPONSES
+            conn.execute(sql, (NS, ACTOR, "small", 20), prepare=True).fetchall()
     return (time.perf_counter() - t0) / n * 1e6
 
 
@@ -75,6 +92,11 @@ def main() -> int:
     parser.add_argument("trees", nargs="+", metavar="LABEL=PATH", help="source trees to compare")
     parser.add_argument("--rounds", type=int, default=80, help="alternating rounds (default 80)")
     parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
+    parser.add_argument(
+        "--ops",
+        default="add,get",
+        help="what to time, comma-separated, of " + ", ".join(OPS) + " (default add,get)",
+    )
     args = parser.parse_args()
     trees = []
     for spec in args.trees:
@@ -82,6 +104,9 @@ def main() -> int:
         if not sep or not (Path(path) / "src" / "aidb_memory").is_dir():
             parser.error(f"{spec!r}: expected LABEL=PATH of a source tree with src/aidb_memory")
         trees.append((label, Path(path).resolve()))
+    ops = args.ops.split(",")
+    if not ops or any(op not in OPS for op in ops):
+        parser.error(f"--ops: expected some of {', '.join(OPS)}")
     times: dict[tuple[str, str], list[float]] = {}
     with ThrowawayServer() as server:
         conns = {}
@@ -92,13 +117,14 @@ def main() -> int:
             conns[label] = prepare(server.dsn(f"compare_{i}"), tree)
         for r in range(args.rounds):
             for label, _ in trees if r % 2 == 0 else trees[::-1]:
-                for op in ("add", "get"):
+                for op in ops:
                     times.setdefault((label, op), []).append(burst(conns[label], op, args.burst))
             if (r + 1) % 20 == 0:
                 print(f"compare: {r + 1}/{args.rounds} rounds", flush=True)
         for conn in conns.values():
             conn.close()
-    for op, what in (("add", "(a) add"), ("get", "(b) session_get 8,000 chars")):
+    for op in ops:
+        what = OPS[op]
         first = statistics.median(times[(trees[0][0], op)])
         for label, _ in trees:
             median = statistics.median(times[(label, op)])
