@@ -176,16 +176,27 @@ BEGIN
         FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get') AS p
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
-                       jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
-                                          'kind', m.kind, 'meta', m.meta,
-                                          'created_at', m.created_at)
-                       || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
-                                                               'tool_call_id', m.tool_call_id,
-                                                               'name', m.name))
-                       -- The caller's own object, as it came (not through jsonb_strip_nulls).
-                       || CASE WHEN m.item IS NOT NULL
-                               THEN jsonb_build_object('item', m.item, 'format', m.item_format)
-                               ELSE '{}'::jsonb END
+                       CASE
+                           -- A plain turn (most are): one object, not three joined.
+                           WHEN m.tool_calls IS NULL AND m.tool_call_id IS NULL
+                                AND m.name IS NULL AND m.item IS NULL
+                               THEN jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                       'content', m.content, 'kind', m.kind,
+                                                       'meta', m.meta,
+                                                       'created_at', m.created_at)
+                           ELSE jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                   'content', m.content, 'kind', m.kind,
+                                                   'meta', m.meta, 'created_at', m.created_at)
+                                || jsonb_strip_nulls(jsonb_build_object(
+                                       'tool_calls', m.tool_calls,
+                                       'tool_call_id', m.tool_call_id, 'name', m.name))
+                                -- The caller's own object, as it came (not through
+                                -- jsonb_strip_nulls).
+                                || CASE WHEN m.item IS NOT NULL
+                                        THEN jsonb_build_object('item', m.item,
+                                                                'format', m.item_format)
+                                        ELSE '{}'::jsonb END
+                       END
                        ORDER BY m.seq) AS items,
                    sum(m.chars) AS chars,
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
@@ -301,6 +312,8 @@ DECLARE
     compacted boolean := false;
     extra text[] := '{}';
     history jsonb;
+    plain boolean;
+    converted jsonb;
     state text;
     message text;
     detail text;
@@ -331,16 +344,27 @@ BEGIN
         FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS p
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
-                       jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
-                                          'kind', m.kind, 'meta', m.meta,
-                                          'created_at', m.created_at)
-                       || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
-                                                               'tool_call_id', m.tool_call_id,
-                                                               'name', m.name))
-                       -- The caller's own object, as it came (not through jsonb_strip_nulls).
-                       || CASE WHEN m.item IS NOT NULL
-                               THEN jsonb_build_object('item', m.item, 'format', m.item_format)
-                               ELSE '{}'::jsonb END
+                       CASE
+                           -- A plain turn (most are): one object, not three joined.
+                           WHEN m.tool_calls IS NULL AND m.tool_call_id IS NULL
+                                AND m.name IS NULL AND m.item IS NULL
+                               THEN jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                       'content', m.content, 'kind', m.kind,
+                                                       'meta', m.meta,
+                                                       'created_at', m.created_at)
+                           ELSE jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                   'content', m.content, 'kind', m.kind,
+                                                   'meta', m.meta, 'created_at', m.created_at)
+                                || jsonb_strip_nulls(jsonb_build_object(
+                                       'tool_calls', m.tool_calls,
+                                       'tool_call_id', m.tool_call_id, 'name', m.name))
+                                -- The caller's own object, as it came (not through
+                                -- jsonb_strip_nulls).
+                                || CASE WHEN m.item IS NOT NULL
+                                        THEN jsonb_build_object('item', m.item,
+                                                                'format', m.item_format)
+                                        ELSE '{}'::jsonb END
+                       END
                        ORDER BY m.seq) AS items,
                    sum(m.chars) AS chars,
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
@@ -392,27 +416,65 @@ BEGIN
         extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
         compacted := true;
     END LOOP;
-    IF format = 'responses'
-       OR EXISTS (SELECT FROM jsonb_array_elements(history) AS e(item) WHERE e.item ? 'item') THEN
+    IF format = 'responses' THEN
+        -- Summaries, items stored in the Responses shape and plain messages, as
+        -- items.to_responses renders them, without entering Python (issue 14); a list with
+        -- anything else (tool calls or results, an item stored in the chat shape) goes there
+        -- whole (tests/db/test_read_responses.py compares both).
+        SELECT bool_and(
+                   CASE
+                       WHEN e.item->>'kind' = 'summary' THEN true
+                       WHEN e.item ? 'item'
+                           THEN e.item->>'format' = 'responses'
+                                AND jsonb_typeof(e.item->'item') = 'object'
+                       ELSE NOT e.item ? 'tool_calls'
+                            AND jsonb_typeof(e.item->'content') = 'string'
+                            AND (e.item->>'role' IN ('user', 'system')
+                                 OR (e.item->>'role' = 'assistant'
+                                     AND e.item->>'content' <> ''))
+                   END),
+               coalesce(jsonb_agg(
+                   CASE
+                       WHEN e.item->>'kind' = 'summary' THEN
+                           jsonb_build_object('role', 'system', 'content', e.item->'content')
+                       WHEN e.item ? 'item' THEN e.item->'item'
+                       ELSE jsonb_build_object('role', e.item->'role',
+                                               'content', e.item->'content')
+                   END ORDER BY e.ord), '[]'::jsonb)
+        INTO plain, converted
+        FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord);
+        IF plain IS NOT FALSE THEN
+            RETURN converted;
+        END IF;
         RETURN aidb_memory.session_convert(history, format);
     END IF;
-    -- Chat turns as they have always been rendered (items.chat_message), without entering Python.
-    RETURN (SELECT coalesce(jsonb_agg(
-        CASE
-            WHEN e.item->>'kind' = 'summary' THEN
-                jsonb_build_object('role', 'system', 'content', e.item->>'content')
-            WHEN e.item->>'role' = 'tool' THEN
-                jsonb_build_object('role', 'tool', 'tool_call_id', e.item->>'tool_call_id',
-                                   'content', e.item->>'content')
-            WHEN e.item ? 'tool_calls' THEN
-                jsonb_build_object('role', 'assistant', 'content', e.item->'content',
-                                   'tool_calls', e.item->'tool_calls')
-                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
-            ELSE
-                jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
-                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
-        END ORDER BY e.ord), '[]'::jsonb)
-    FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord));
+    -- Chat turns as they have always been rendered (items.chat_message), without entering
+    -- Python, in one pass that also sees whether a turn holds its caller's own object (then
+    -- Python renders the list).
+    SELECT bool_and(NOT e.item ? 'item'),
+           coalesce(jsonb_agg(
+               CASE
+                   WHEN e.item->>'kind' = 'summary' THEN
+                       jsonb_build_object('role', 'system', 'content', e.item->>'content')
+                   WHEN e.item->>'role' = 'tool' THEN
+                       jsonb_build_object('role', 'tool', 'tool_call_id', e.item->>'tool_call_id',
+                                          'content', e.item->>'content')
+                   WHEN e.item ? 'tool_calls' THEN
+                       jsonb_build_object('role', 'assistant', 'content', e.item->'content',
+                                          'tool_calls', e.item->'tool_calls')
+                       || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
+                   WHEN e.item ? 'name' THEN
+                       jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content',
+                                          'name', e.item->'name')
+                   ELSE
+                       jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
+               END ORDER BY e.ord), '[]'::jsonb)
+    INTO plain, converted
+    FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord);
+    IF plain IS NOT FALSE THEN
+        RETURN converted;
+    END IF;
+    RETURN aidb_memory.session_convert(history, format);
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- As in session_get: one CONTEXT line instead of our internal queries.
     GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
