@@ -6,7 +6,10 @@
 server, alternating: this script installs each source tree into its own database of one
 throwaway server and times (a) `add` of the 2-turn exchange and (b) `session_get` with
 `limit_chars => 8000` on a 1,000-turn session, a burst of one version, then of the other, in
-alternating order, and prints each version's median and its ratio to the first.
+alternating order, and prints each version's median and its ratio to the first. With
+`--ops` it times the reads of (d) and (d2) too. When the server runs on this machine it also
+prints each version's backend CPU time per call (from /proc/<pid>/schedstat), which a busy
+machine disturbs much less than the wall-clock time of a round trip.
 
     .venv/bin/python bench/compare.py before=/path/to/old/checkout after=.
 
@@ -73,6 +76,15 @@ OPS = {
 }
 
 
+def backend_cpu_ns(pid: int) -> int | None:
+    """The CPU time a backend has used so far (None: not readable, e.g. a remote server)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
     """Mean µs of ``n`` calls of ``op``."""
     t0 = time.perf_counter()
@@ -108,6 +120,8 @@ def main() -> int:
     if not ops or any(op not in OPS for op in ops):
         parser.error(f"--ops: expected some of {', '.join(OPS)}")
     times: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    pids: dict[str, int] = {}
     with ThrowawayServer() as server:
         conns = {}
         for i, (label, tree) in enumerate(trees):
@@ -115,10 +129,18 @@ def main() -> int:
                 admin.execute(f"CREATE DATABASE compare_{i}")
             print(f"compare: installing {label} ({tree})", flush=True)
             conns[label] = prepare(server.dsn(f"compare_{i}"), tree)
+            row = conns[label].execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            pids[label] = int(row[0])
         for r in range(args.rounds):
             for label, _ in trees if r % 2 == 0 else trees[::-1]:
                 for op in ops:
+                    before = backend_cpu_ns(pids[label])
                     times.setdefault((label, op), []).append(burst(conns[label], op, args.burst))
+                    after = backend_cpu_ns(pids[label])
+                    if before is not None and after is not None:
+                        used = (after - before) / args.burst / 1000
+                        cpu.setdefault((label, op), []).append(used)
             if (r + 1) % 20 == 0:
                 print(f"compare: {r + 1}/{args.rounds} rounds", flush=True)
         for conn in conns.values():
@@ -128,7 +150,12 @@ def main() -> int:
         first = statistics.median(times[(trees[0][0], op)])
         for label, _ in trees:
             median = statistics.median(times[(label, op)])
-            print(f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}")
+            line = f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}"
+            if (label, op) in cpu and (trees[0][0], op) in cpu:
+                own = statistics.median(cpu[(label, op)])
+                base = statistics.median(cpu[(trees[0][0], op)])
+                line += f"  backend cpu {own:7.1f} µs  ratio {own / base:.3f}"
+            print(line)
     return 0
 
 
