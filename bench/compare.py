@@ -6,7 +6,10 @@
 server, alternating: this script installs each source tree into its own database of one
 throwaway server and times (a) `add` of the 2-turn exchange and (b) `session_get` with
 `limit_chars => 8000` on a 1,000-turn session, a burst of one version, then of the other, in
-alternating order, and prints each version's median and its ratio to the first.
+alternating order, and prints each version's median and its ratio to the first. With
+`--ops` it times the reads of (d) and (d2) too. When the server runs on this machine it also
+prints each version's backend CPU time per call (from /proc/<pid>/schedstat), which a busy
+machine disturbs much less than the wall-clock time of a round trip.
 
     .venv/bin/python bench/compare.py before=/path/to/old/checkout after=.
 
@@ -59,14 +62,40 @@ def prepare(dsn: str, tree: Path) -> psycopg.Connection[Any]:
     return conn
 
 
+# The reads of (d) and (d2) on the same session: session_messages as (d) and AidbSession call it.
+MESSAGES = "SELECT aidb_memory.session_messages(%s, %s, %s, limit_turns => %s)::text"
+RESPONSES = (
+    "SELECT aidb_memory.session_messages(%s, %s, %s, limit_items => %s, "
+    "format => 'responses')::text"
+)
+OPS = {
+    "add": "(a) add",
+    "get": "(b) session_get 8,000 chars",
+    "messages": "(d) session_messages 20 turns",
+    "responses": "(d2) responses 20 items",
+}
+
+
+def backend_cpu_ns(pid: int) -> int | None:
+    """The CPU time a backend has used so far (None: not readable, e.g. a remote server)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
     """Mean µs of ``n`` calls of ``op``."""
     t0 = time.perf_counter()
     for _ in range(n):
         if op == "add":
             conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
-        else:
+        elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+        else:
+            sql = MESSAGES if op == "messages" else RESPONSES
+            conn.execute(sql, (NS, ACTOR, "small", 20), prepare=True).fetchall()
     return (time.perf_counter() - t0) / n * 1e6
 
 
@@ -75,6 +104,11 @@ def main() -> int:
     parser.add_argument("trees", nargs="+", metavar="LABEL=PATH", help="source trees to compare")
     parser.add_argument("--rounds", type=int, default=80, help="alternating rounds (default 80)")
     parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
+    parser.add_argument(
+        "--ops",
+        default="add,get",
+        help="what to time, comma-separated, of " + ", ".join(OPS) + " (default add,get)",
+    )
     args = parser.parse_args()
     trees = []
     for spec in args.trees:
@@ -82,7 +116,12 @@ def main() -> int:
         if not sep or not (Path(path) / "src" / "aidb_memory").is_dir():
             parser.error(f"{spec!r}: expected LABEL=PATH of a source tree with src/aidb_memory")
         trees.append((label, Path(path).resolve()))
+    ops = args.ops.split(",")
+    if not ops or any(op not in OPS for op in ops):
+        parser.error(f"--ops: expected some of {', '.join(OPS)}")
     times: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    pids: dict[str, int] = {}
     with ThrowawayServer() as server:
         conns = {}
         for i, (label, tree) in enumerate(trees):
@@ -90,19 +129,33 @@ def main() -> int:
                 admin.execute(f"CREATE DATABASE compare_{i}")
             print(f"compare: installing {label} ({tree})", flush=True)
             conns[label] = prepare(server.dsn(f"compare_{i}"), tree)
+            row = conns[label].execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            pids[label] = int(row[0])
         for r in range(args.rounds):
             for label, _ in trees if r % 2 == 0 else trees[::-1]:
-                for op in ("add", "get"):
+                for op in ops:
+                    before = backend_cpu_ns(pids[label])
                     times.setdefault((label, op), []).append(burst(conns[label], op, args.burst))
+                    after = backend_cpu_ns(pids[label])
+                    if before is not None and after is not None:
+                        used = (after - before) / args.burst / 1000
+                        cpu.setdefault((label, op), []).append(used)
             if (r + 1) % 20 == 0:
                 print(f"compare: {r + 1}/{args.rounds} rounds", flush=True)
         for conn in conns.values():
             conn.close()
-    for op, what in (("add", "(a) add"), ("get", "(b) session_get 8,000 chars")):
+    for op in ops:
+        what = OPS[op]
         first = statistics.median(times[(trees[0][0], op)])
         for label, _ in trees:
             median = statistics.median(times[(label, op)])
-            print(f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}")
+            line = f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}"
+            if (label, op) in cpu and (trees[0][0], op) in cpu:
+                own = statistics.median(cpu[(label, op)])
+                base = statistics.median(cpu[(trees[0][0], op)])
+                line += f"  backend cpu {own:7.1f} µs  ratio {own / base:.3f}"
+            print(line)
     return 0
 
 

@@ -73,10 +73,11 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     OUT by_items boolean,
     OUT empty_warning text
 )
--- STABLE: its queries run in the snapshot of the statement that calls it (session_history's
--- window), so that the bounds and the turns they select are the same state of the session. A
--- VOLATILE plan would read a newer state than the window, e.g. tool results committed
--- meanwhile, and the window would return their call without them.
+-- STABLE: its queries run in the snapshot of the statement that calls it (the read statement
+-- of session_get and session_messages, with its window), so that the bounds and the turns they
+-- select are the same state of the session. A VOLATILE plan would read a newer state than the
+-- window, e.g. tool results committed meanwhile, and the window would return their call
+-- without them.
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
@@ -85,10 +86,10 @@ SET debug_print_plan = off
 AS $py$ sessions.session_read_plan $py$;
 COMMENT ON FUNCTION aidb_memory.session_read_plan(
     text, text, text, integer, text, integer, integer, text) IS
-'Internal (called by session_history): validates a read and returns the bounds, in '
-'(char_offset, seq) order, of the turns it may return, the budget left for summaries, its '
-'warnings, whether it should compact, the pinned instructions (seqs 1..pin_seq) and how the '
-'window cuts. caller is the API function that error messages name.';
+'Internal (called by the read statement of session_get and session_messages): validates a read '
+'and returns the bounds, in (char_offset, seq) order, of the turns it may return, the budget left '
+'for summaries, its warnings, whether it should compact, the pinned instructions (seqs '
+'1..pin_seq) and how the window cuts. caller is the API function that error messages name.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.session_compact(
     namespace text,
@@ -107,21 +108,27 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ compactor.session_compact $py$;
 COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text) IS
-'Internal (called by session_history on an over-budget read): summarizes the oldest three '
-'quarters of the session''s unsummarized turns, cut at a round boundary, into one summary of at '
-'most limit_chars / 4. Never waits for another compaction and never raises for a failed one: '
+'Internal (called by session_get and session_messages on an over-budget read): summarizes the '
+'oldest three quarters of the session''s unsummarized turns, cut at a round boundary, into one '
+'summary of at most limit_chars / 4. Never waits for another compaction and never raises for a failed one: '
 'returns the warnings that say why no summary was written (empty when one was, or '
 'compaction_incomplete when one was and more is left to summarize).';
 
-CREATE OR REPLACE FUNCTION aidb_memory.session_history(
+-- session_history (0.x to issue 14) was a PL/pgSQL layer of its own between session_get or
+-- session_messages and the window query: each read now runs the window itself (issue 14).
+DROP FUNCTION IF EXISTS aidb_memory.session_history(
+    text, text, text, integer, text, integer, integer, text);
+
+-- session_get and session_messages each run the same read statement (the plan, the window, the
+-- summaries; tests/unit/test_read_statement.py keeps the two copies equal), at most twice.
+CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     namespace text,
     actor_id text,
     session_id text,
-    limit_chars integer,
-    fallback_model text,
-    limit_turns integer,
-    limit_items integer,
-    caller text
+    limit_chars integer DEFAULT NULL,
+    fallback_model text DEFAULT NULL,
+    limit_turns integer DEFAULT NULL,
+    limit_items integer DEFAULT NULL
 )
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -135,9 +142,14 @@ DECLARE
     compacted boolean := false;
     extra text[] := '{}';
     n bigint;
+    state text;
+    message text;
+    detail text;
+    hint text;
 BEGIN
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
-    -- re-plans its body on every call; plpgsql keeps the plan for the connection.
+    -- re-plans its body on every call; plpgsql keeps the plan for the connection. One layer:
+    -- the read statement runs here, not in a function of its own that this one copies from.
     LOOP
         -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset,
         -- seq)); the window keeps the newest whole rounds: a cut is allowed before a turn whose
@@ -147,31 +159,44 @@ BEGIN
         -- Pinned instructions (seqs 1..p.pin_seq) come first, then summaries when every
         -- unsummarized turn fits: the newest ones that fit in the budget left. When the plan
         -- asks for compaction, the first pass returns no row and reads nothing but the plan.
+        -- BEGIN read statement
         RETURN QUERY
         SELECT coalesce(p.pinned, '[]'::jsonb)
-               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb),
-               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0),
-               coalesce(sm.turns, 0)::integer,
+               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
+               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
+                   AS overflow_chars,
+               coalesce(sm.turns, 0)::integer AS compacted_entries,
                p.warnings || extra
                || CASE
                       -- Nothing kept of turns there were to return: the plan says why.
                       WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
                            AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
                       WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
-                  END
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, $8) AS p
+                  END AS warnings
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get') AS p
         LEFT JOIN LATERAL (
             SELECT jsonb_agg(
-                       jsonb_build_object('seq', m.seq, 'role', m.role, 'content', m.content,
-                                          'kind', m.kind, 'meta', m.meta,
-                                          'created_at', m.created_at)
-                       || jsonb_strip_nulls(jsonb_build_object('tool_calls', m.tool_calls,
-                                                               'tool_call_id', m.tool_call_id,
-                                                               'name', m.name))
-                       -- The caller's own object, as it came (not through jsonb_strip_nulls).
-                       || CASE WHEN m.item IS NOT NULL
-                               THEN jsonb_build_object('item', m.item, 'format', m.item_format)
-                               ELSE '{}'::jsonb END
+                       CASE
+                           -- A plain turn (most are): one object, not three joined.
+                           WHEN m.tool_calls IS NULL AND m.tool_call_id IS NULL
+                                AND m.name IS NULL AND m.item IS NULL
+                               THEN jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                       'content', m.content, 'kind', m.kind,
+                                                       'meta', m.meta,
+                                                       'created_at', m.created_at)
+                           ELSE jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                   'content', m.content, 'kind', m.kind,
+                                                   'meta', m.meta, 'created_at', m.created_at)
+                                || jsonb_strip_nulls(jsonb_build_object(
+                                       'tool_calls', m.tool_calls,
+                                       'tool_call_id', m.tool_call_id, 'name', m.name))
+                                -- The caller's own object, as it came (not through
+                                -- jsonb_strip_nulls).
+                                || CASE WHEN m.item IS NOT NULL
+                                        THEN jsonb_build_object('item', m.item,
+                                                                'format', m.item_format)
+                                        ELSE '{}'::jsonb END
+                       END
                        ORDER BY m.seq) AS items,
                    sum(m.chars) AS chars,
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
@@ -217,6 +242,7 @@ BEGIN
               AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
         ) AS sm ON true
         WHERE compacted OR NOT p.compact;
+        -- END read statement
         GET DIAGNOSTICS n = ROW_COUNT;
         EXIT WHEN n > 0 OR compacted;
         -- Once per read: compact, then read again (the new summary, or the history as it was
@@ -224,36 +250,6 @@ BEGIN
         extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
         compacted := true;
     END LOOP;
-END
-$$;
-COMMENT ON FUNCTION aidb_memory.session_history(
-    text, text, text, integer, text, integer, integer, text) IS
-'Internal: the budgeted read behind session_get and session_messages (caller names the one whose '
-'errors it raises); compacts an over-budget session once per read.';
-
-CREATE OR REPLACE FUNCTION aidb_memory.session_get(
-    namespace text,
-    actor_id text,
-    session_id text,
-    limit_chars integer DEFAULT NULL,
-    fallback_model text DEFAULT NULL,
-    limit_turns integer DEFAULT NULL,
-    limit_items integer DEFAULT NULL
-)
-RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET debug_print_parse = off
-SET debug_print_rewritten = off
-SET debug_print_plan = off
-AS $$
-DECLARE
-    state text;
-    message text;
-    detail text;
-    hint text;
-BEGIN
-    RETURN QUERY SELECT * FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, $7, 'session_get');
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- Raised again from here, the error's CONTEXT is this one line instead of the internal
     -- window query and the frames of the functions under it (docs/architecture.md, Errors).
@@ -311,8 +307,13 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
+#variable_conflict use_column
 DECLARE
+    compacted boolean := false;
+    extra text[] := '{}';
     history jsonb;
+    plain boolean;
+    converted jsonb;
     state text;
     message text;
     detail text;
@@ -324,29 +325,156 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'chat: Chat Completions messages; responses: a Responses API input list';
     END IF;
-    SELECT s.items INTO history
-    FROM aidb_memory.session_history($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS s;
-    IF format = 'responses'
-       OR EXISTS (SELECT FROM jsonb_array_elements(history) AS e(item) WHERE e.item ? 'item') THEN
+    -- The read statement of session_get, its items only.
+    LOOP
+        SELECT r.items INTO history FROM (
+        -- BEGIN read statement
+        SELECT coalesce(p.pinned, '[]'::jsonb)
+               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
+               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
+                   AS overflow_chars,
+               coalesce(sm.turns, 0)::integer AS compacted_entries,
+               p.warnings || extra
+               || CASE
+                      -- Nothing kept of turns there were to return: the plan says why.
+                      WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
+                           AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
+                      WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
+                  END AS warnings
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS p
+        LEFT JOIN LATERAL (
+            SELECT jsonb_agg(
+                       CASE
+                           -- A plain turn (most are): one object, not three joined.
+                           WHEN m.tool_calls IS NULL AND m.tool_call_id IS NULL
+                                AND m.name IS NULL AND m.item IS NULL
+                               THEN jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                       'content', m.content, 'kind', m.kind,
+                                                       'meta', m.meta,
+                                                       'created_at', m.created_at)
+                           ELSE jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                   'content', m.content, 'kind', m.kind,
+                                                   'meta', m.meta, 'created_at', m.created_at)
+                                || jsonb_strip_nulls(jsonb_build_object(
+                                       'tool_calls', m.tool_calls,
+                                       'tool_call_id', m.tool_call_id, 'name', m.name))
+                                -- The caller's own object, as it came (not through
+                                -- jsonb_strip_nulls).
+                                || CASE WHEN m.item IS NOT NULL
+                                        THEN jsonb_build_object('item', m.item,
+                                                                'format', m.item_format)
+                                        ELSE '{}'::jsonb END
+                       END
+                       ORDER BY m.seq) AS items,
+                   sum(m.chars) AS chars,
+                   -- Rounds are contiguous (round_start never decreases with seq): the kept
+                   -- turns start inside a round when the first one does not start it (the
+                   -- first turn after pinned instructions always starts one).
+                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > p.pin_seq + 1)
+                       AS split
+            FROM (
+                SELECT f.*,
+                       min(CASE WHEN f.seq = greatest(f.floor, p.pin_seq + 1) THEN f.seq END)
+                           OVER () AS cut
+                FROM (
+                    SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
+                           t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
+                           min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
+                                    ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
+                    FROM aidb_memory.turn AS t
+                    WHERE t.session_ref = p.session_ref
+                      AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
+                      AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
+                ) AS f
+            ) AS m
+            WHERE m.seq >= m.cut
+        ) AS w ON true
+        LEFT JOIN LATERAL (
+            SELECT jsonb_agg(
+                       jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
+                                          'kind', 'summary',
+                                          'meta', jsonb_build_object(
+                                              'from_seq', x.from_seq, 'to_seq', x.to_seq,
+                                              'turn_count', x.turn_count, 'model', x.model),
+                                          'created_at', x.created_at)
+                       ORDER BY x.to_seq) AS items,
+                   max(x.to_offset) - min(x.from_offset) AS covered,
+                   sum(x.turn_count) AS turns
+            FROM (
+                SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
+                       row_number() OVER (ORDER BY s.to_seq DESC) AS rank
+                FROM aidb_memory.summary AS s
+                WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
+            ) AS x
+            WHERE x.used <= p.summary_room
+              AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
+        ) AS sm ON true
+        WHERE compacted OR NOT p.compact
+        -- END read statement
+        ) AS r;
+        EXIT WHEN FOUND OR compacted;
+        extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
+        compacted := true;
+    END LOOP;
+    IF format = 'responses' THEN
+        -- Summaries, items stored in the Responses shape and plain messages, as
+        -- items.to_responses renders them, without entering Python (issue 14); a list with
+        -- anything else (tool calls or results, an item stored in the chat shape) goes there
+        -- whole (tests/db/test_read_responses.py compares both).
+        SELECT bool_and(
+                   CASE
+                       WHEN e.item->>'kind' = 'summary' THEN true
+                       WHEN e.item ? 'item'
+                           THEN e.item->>'format' = 'responses'
+                                AND jsonb_typeof(e.item->'item') = 'object'
+                       ELSE NOT e.item ? 'tool_calls'
+                            AND jsonb_typeof(e.item->'content') = 'string'
+                            AND (e.item->>'role' IN ('user', 'system')
+                                 OR (e.item->>'role' = 'assistant'
+                                     AND e.item->>'content' <> ''))
+                   END),
+               coalesce(jsonb_agg(
+                   CASE
+                       WHEN e.item->>'kind' = 'summary' THEN
+                           jsonb_build_object('role', 'system', 'content', e.item->'content')
+                       WHEN e.item ? 'item' THEN e.item->'item'
+                       ELSE jsonb_build_object('role', e.item->'role',
+                                               'content', e.item->'content')
+                   END ORDER BY e.ord), '[]'::jsonb)
+        INTO plain, converted
+        FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord);
+        IF plain IS NOT FALSE THEN
+            RETURN converted;
+        END IF;
         RETURN aidb_memory.session_convert(history, format);
     END IF;
-    -- Chat turns as they have always been rendered (items.chat_message), without entering Python.
-    RETURN (SELECT coalesce(jsonb_agg(
-        CASE
-            WHEN e.item->>'kind' = 'summary' THEN
-                jsonb_build_object('role', 'system', 'content', e.item->>'content')
-            WHEN e.item->>'role' = 'tool' THEN
-                jsonb_build_object('role', 'tool', 'tool_call_id', e.item->>'tool_call_id',
-                                   'content', e.item->>'content')
-            WHEN e.item ? 'tool_calls' THEN
-                jsonb_build_object('role', 'assistant', 'content', e.item->'content',
-                                   'tool_calls', e.item->'tool_calls')
-                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
-            ELSE
-                jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
-                || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
-        END ORDER BY e.ord), '[]'::jsonb)
-    FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord));
+    -- Chat turns as they have always been rendered (items.chat_message), without entering
+    -- Python, in one pass that also sees whether a turn holds its caller's own object (then
+    -- Python renders the list).
+    SELECT bool_and(NOT e.item ? 'item'),
+           coalesce(jsonb_agg(
+               CASE
+                   WHEN e.item->>'kind' = 'summary' THEN
+                       jsonb_build_object('role', 'system', 'content', e.item->>'content')
+                   WHEN e.item->>'role' = 'tool' THEN
+                       jsonb_build_object('role', 'tool', 'tool_call_id', e.item->>'tool_call_id',
+                                          'content', e.item->>'content')
+                   WHEN e.item ? 'tool_calls' THEN
+                       jsonb_build_object('role', 'assistant', 'content', e.item->'content',
+                                          'tool_calls', e.item->'tool_calls')
+                       || jsonb_strip_nulls(jsonb_build_object('name', e.item->'name'))
+                   WHEN e.item ? 'name' THEN
+                       jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content',
+                                          'name', e.item->'name')
+                   ELSE
+                       jsonb_build_object('role', e.item->>'role', 'content', e.item->>'content')
+               END ORDER BY e.ord), '[]'::jsonb)
+    INTO plain, converted
+    FROM jsonb_array_elements(history) WITH ORDINALITY AS e(item, ord);
+    IF plain IS NOT FALSE THEN
+        RETURN converted;
+    END IF;
+    RETURN aidb_memory.session_convert(history, format);
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- As in session_get: one CONTEXT line instead of our internal queries.
     GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,

@@ -1,7 +1,7 @@
 """The budget rule of a read (SPEC §3), as plain Python. Pure.
 
-The database runs the same rule in one SQL statement (``session_history`` in sql/); this
-module is its specification, checked against it by the property tests.
+The database runs the same rule in one SQL statement (the read statement of ``session_get`` in
+sql/); this module is its specification, checked against it by the property tests.
 """
 
 from __future__ import annotations

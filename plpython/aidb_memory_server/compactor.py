@@ -1,8 +1,9 @@
 """Compaction in the read path (SPEC §3): the database side of ``compaction``.
 
-``session_history`` (sql/30_sessions.sql) calls :func:`session_compact` only when its plan says
-the read is over budget and a summary could help. It never fails the read and never waits: it
-returns the warning that says why no summary was written, or nothing when one was.
+``session_get`` and ``session_messages`` (sql/30_sessions.sql) call :func:`session_compact` only
+when their plan says the read is over budget and a summary could help. It never fails the read
+and never waits: it returns the warning that says why no summary was written, or nothing when one
+was.
 
 - The session's compaction lock row (migration 0007_locks), locked ``FOR UPDATE SKIP LOCKED``
   to the end of the transaction: a second reader gets ``compaction_busy`` at once and returns

@@ -271,7 +271,7 @@ LEFT JOIN LATERAL (
 WHERE n.name = $1
 """
 _OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
-# A turn (alias t) as a read returns it; session_history's window builds the same object in SQL
+# A turn (alias t) as a read returns it; the read statement's window builds the same object in SQL
 # (sql/30_sessions.sql). The caller's own object goes around jsonb_strip_nulls, as it came.
 _TURN_ITEM = """jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content,
                                    'kind', t.kind, 'meta', t.meta, 'created_at', t.created_at)
@@ -332,7 +332,7 @@ def session_read_plan(
     call, ``by_items``). Summaries: when every unsummarized turn fits, the newest summaries that
     fit in ``summary_room``, the budget left (-1: none), at most ``summary_slots`` of them (NULL:
     no cap). ``compact``: the read is over budget in a way a new summary would mend
-    (``compaction.needed``), and the budget allows one; session_history then calls
+    (``compaction.needed``), and the budget allows one; the read then calls
     ``compactor.session_compact`` and plans again. ``caller`` is the API function that errors
     name.
 
@@ -804,7 +804,7 @@ def session_delete(
 
 
 def session_convert(items_json: str | None, format_name: str | None) -> str:
-    """A read's items (session_history's rows) in ``format_name``: chat messages or a Responses
+    """A read's items (the read statement's) in ``format_name``: chat messages or a Responses
     input list (``items.to_chat`` / ``items.to_responses``). The rows come from our own query."""
     import json
 

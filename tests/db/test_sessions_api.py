@@ -621,7 +621,7 @@ def test_app_user_cannot_read_the_views_or_any_table_or_the_internal_plan(db: Da
     internal = db.sql(
         """SELECT p.oid::regprocedure::text FROM pg_proc p
            WHERE p.pronamespace = 'aidb_memory'::regnamespace
-             AND p.proname IN ('session_read_plan', 'session_history')"""
+             AND p.proname IN ('session_read_plan', 'session_compact')"""
     )
     assert len(internal) == 2
     for (signature,) in internal:
