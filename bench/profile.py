@@ -2,8 +2,9 @@
 
 One throwaway server with pg_stat_statements (track = all: the statements our functions run are
 counted too) and track_functions = all; (b)'s 1,000-turn session built by 500 adds; then N calls
-of `add` and of the budgeted `session_get`, each followed by the per-function means
-(pg_stat_user_functions: total and self µs per call) and the busiest statements
+of `add`, of the budgeted `session_get` and of (d)'s `session_messages(limit_turns => 20)`, each
+followed by the per-function means (pg_stat_user_functions: total and self µs per call) and the
+busiest statements
 (pg_stat_statements: µs per call), and the client round trip of `SELECT 1` and of (a)'s plain-SQL
 reference for scale.
 
@@ -20,7 +21,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import A_TURNS, ADD, ADD_REF, GET, NS, exchange
+from run import A_TURNS, ADD, ADD_REF, GET, MESSAGES, NS, exchange
 
 from aidb_memory.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
@@ -61,14 +62,16 @@ def main() -> int:
             for seq in range(1, 1000, 2):
                 conn.execute(ADD, (NS, "alice", exchange(seq), "small"), prepare=True)
             conn.execute("ANALYZE")
-            for op in ("add", "session_get"):
+            for op in ("add", "session_get", "session_messages"):
                 conn.execute("SELECT pg_stat_statements_reset(), pg_stat_reset()")
                 t0 = time.perf_counter()
                 for _ in range(n):
                     if op == "add":
                         conn.execute(ADD, (NS, "alice", A_TURNS, "a"), prepare=True)
-                    else:
+                    elif op == "session_get":
                         conn.execute(GET, (NS, "alice", "small", 8000), prepare=True).fetchall()
+                    else:
+                        conn.execute(MESSAGES, (NS, "alice", "small", 20), prepare=True).fetchall()
                 mean = (time.perf_counter() - t0) / n * 1e6
                 time.sleep(1)  # function statistics reach the view when the backend reports them
                 print(f"== {op}: {n} calls, client mean {mean:.0f} µs")
