@@ -1083,7 +1083,7 @@ COMPARISONS = [
         "a_ref",
         "throughput",
         ">=",
-        0.75,
+        0.85,
     ),
     Comparison(
         "b",
@@ -1094,7 +1094,7 @@ COMPARISONS = [
         "b_ref",
         "throughput",
         ">=",
-        0.6,
+        0.75,
     ),
     Comparison(
         "c",
@@ -1104,7 +1104,7 @@ COMPARISONS = [
         "b_get",
         "latency",
         "<=",
-        1.3,
+        1.1,
     ),
     Comparison(
         "d",
@@ -1116,7 +1116,7 @@ COMPARISONS = [
         "d_peer",
         "throughput",
         ">=",
-        2.0,
+        4.0,
     ),
     Comparison(
         "d2",
