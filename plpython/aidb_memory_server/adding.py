@@ -167,7 +167,8 @@ WITH s AS (
          tool_calls, tool_call_id, meta, item, item_format, event_ref)
     SELECT s.id, s.first_seq + u.o - 1, s.first_seq + coalesce(u.round_start, u.o - 1),
            s.first_offset + u.char_offset, u.chars, u.role, u.content, u.kind, u.name,
-           u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, u.item::jsonb, u.item_format, e.id
+           u.tool_calls::jsonb, u.tool_call_id, coalesce(u.meta::jsonb, '{}'), u.item::jsonb,
+           u.item_format, e.id
     FROM s, e, unnest($20::bigint[], $21::bigint[], $22::int[], $23::text[], $24::text[],
                       $25::text[], $26::text[], $27::text[], $28::text[], $29::text[],
                       $30::text[], $31::text[])
@@ -426,30 +427,49 @@ def _fast_add(
         # Only these depend on the session's tail beyond what _FAST_STORE checks.
         if first.role == "tool" or first.sequence_id is not None:
             return None
-        tail = turns.Tail(round_start=0)  # neutral: the first turn starts a round
-        sequence_ids = turns.effective_sequence_ids(checked, tail)
-        starts = turns.place_in_rounds(checked, 0, tail, sequence_ids)
-        after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
+        n = len(checked)
+        plain = all(t.item is None and t.tool_calls is None and t.role != "tool" for t in checked)
+        if plain and all(t.sequence_id is None for t in checked):
+            # Chat messages without calls or sequence ids: each starts its own round.
+            starts, after = None, turns.Tail(None, n - 1)
+        else:
+            tail = turns.Tail(round_start=0)  # neutral: the first turn starts a round
+            sequence_ids = turns.effective_sequence_ids(checked, tail)
+            starts = turns.place_in_rounds(checked, 0, tail, sequence_ids)
+            after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
     except ApiError:
         return None
-    offsets, running, last_user = [], 0, None
-    pinning, items = True, False
+    offsets, chars, roles, contents, kinds = [], [], [], [], []
+    running, last_user, pinning = 0, None, True
     pinned_turns = pinned_chars = 0
     for i, t in enumerate(checked):
         offsets.append(running)
         running += t.chars
+        chars.append(t.chars)
+        roles.append(t.role)
+        contents.append(t.content)
+        kinds.append(t.kind)
         if t.role == "user":
             last_user = i
-        if t.item is not None:
-            items = True
         if pinning:
             if t.role in _INSTRUCTION_ROLES:
                 pinned_turns += 1
                 pinned_chars += t.chars
             else:
                 pinning = False
-    status = _event_status(ns)
-    n = len(checked)
+    # A plain batch sends NULL for the columns its turns leave NULL (unnest pads a NULL array
+    # with NULLs; meta is '{}').
+    rest: tuple[Any, ...] = (None,) * 6
+    if not plain or any(t.name is not None or t.meta for t in checked):
+        items = any(t.item is not None for t in checked)
+        rest = (
+            _or_null([t.name for t in checked]),
+            _or_null([json.dumps(t.tool_calls) if t.tool_calls else None for t in checked]),
+            _or_null([t.tool_call_id for t in checked]),
+            [json.dumps(t.meta) if t.meta else "{}" for t in checked],
+            [None if t.item is None else json.dumps(t.item) for t in checked] if items else None,
+            [None if t.item is None else t.shape for t in checked] if items else None,
+        )
     stored = db.execute(
         _FAST_STORE,
         _FAST_TYPES,
@@ -463,7 +483,7 @@ def _fast_add(
             n,
             running,
             after.sequence_id,
-            starts[-1],
+            after.round_start,
             after.open_calls,
             last_user,
             after.joinable,
@@ -472,20 +492,15 @@ def _fast_add(
             pinned_chars,
             first.shape == "responses",
             agent,
-            status,
-            # Where every turn starts its own round (plain chat), NULL: the SQL's own position.
-            None if starts == list(range(n)) else starts,
+            _event_status(ns),
+            # NULL where every turn starts its own round: then the SQL gives each its position.
+            starts,
             offsets,
-            [t.chars for t in checked],
-            [t.role for t in checked],
-            [t.content for t in checked],
-            [t.kind for t in checked],
-            _or_null([t.name for t in checked]),
-            _or_null([json.dumps(t.tool_calls) if t.tool_calls else None for t in checked]),
-            _or_null([t.tool_call_id for t in checked]),
-            [json.dumps(t.meta) if t.meta else "{}" for t in checked],
-            [None if t.item is None else json.dumps(t.item) for t in checked] if items else None,
-            [None if t.item is None else t.shape for t in checked] if items else None,
+            chars,
+            roles,
+            contents,
+            kinds,
+            *rest,
         ),
     )
     if not stored.nrows():
