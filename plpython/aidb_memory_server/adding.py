@@ -2,7 +2,9 @@
 
 Its own module so that the add path imports what it needs (json, turns) once, at load, while a
 read, which imports ``sessions``, loads neither (docs/architecture.md, "Loading the code").
-Two statements on the common path: lock (namespace, session, key), then store.
+One statement on the common path (_fast_add: _FAST_STORE), two on the general one: lock
+(namespace, session, key), then store (docs/architecture.md, "Why add costs one statement, or
+two").
 """
 
 from __future__ import annotations
@@ -228,7 +230,8 @@ def add(
 ) -> str:
     """Store a batch of turns (all or none) and record its event; returns the event id.
 
-    Two statements on the common path: lock (namespace, session, key), then store.
+    One statement when the backend knows the namespace (_fast_add), else two: lock
+    (namespace, session, key), then store.
     """
     fn = "add"
     if namespace_name is None:
