@@ -734,9 +734,35 @@ def batch_shape(raw: list[Any]) -> tuple[str, int | None]:
     return "chat", None
 
 
+def _plain_batch(raw: list[Any], limits: Limits) -> list[Turn] | None:
+    """The batch when every element is a plain chat message, ``{"role", "content"}`` with a
+    user, assistant or system role and non-empty string content within the turn limit (what
+    :func:`validate_turn` makes of it, in one pass); else None."""
+    out = []
+    for element in raw:
+        if not isinstance(element, dict) or len(element) != 2:
+            return None
+        role = element.get("role")
+        content = element.get("content")
+        if (
+            role not in _PLAIN_ROLES
+            or not isinstance(content, str)
+            or not content
+            or len(content) > limits.max_turn_chars
+        ):
+            return None
+        out.append(
+            Turn(role, content, DEFAULT_KIND[role], None, None, None, {}, len(content), None)
+        )
+    return out
+
+
 def validate_batch(fn: str, raw: list[Any], limits: Limits) -> list[Turn]:
     """Every element of a batch (from :func:`parse_turns`), in the batch's shape; raises on the
     first refused element, so that nothing of a batch with any refused element is stored."""
+    plain = _plain_batch(raw, limits)
+    if plain is not None:
+        return plain
     shape, first = batch_shape(raw)
     if shape == "chat":
         return [validate_turn(fn, i, t, limits) for i, t in enumerate(raw)]

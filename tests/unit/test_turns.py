@@ -476,3 +476,40 @@ def test_turns_hash_covers_the_session_and_agent() -> None:
     assert turns.turns_hash(batch, "s1", None) == turns.turns_hash(batch, "s1", None)
     assert turns.turns_hash(batch, "s1", None) != turns.turns_hash(batch, "s2", None)
     assert turns.turns_hash(batch, "s1", None) != turns.turns_hash(batch, "s1", "agent")
+
+
+_PLAINISH = st.lists(
+    st.dictionaries(
+        st.sampled_from(["role", "content", "name", "meta"]),
+        st.one_of(
+            st.sampled_from(["user", "assistant", "system", "developer", "tool", "", " "]),
+            st.text(max_size=120),
+            st.none(),
+            st.integers(),
+            st.just({}),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@given(_PLAINISH)
+def test_the_plain_batch_shortcut_is_validate_turn(batch: list[dict[str, Any]]) -> None:
+    """validate_batch's one pass over plain chat messages gives what validate_turn gives, and
+    leaves everything else to it (issue 14)."""
+    plain = turns._plain_batch(batch, LIMITS)
+    try:
+        full: list[Turn] | str = [
+            turns.validate_turn("add", i, t, LIMITS) for i, t in enumerate(batch)
+        ]
+    except ApiError as e:
+        full = e.message
+    if plain is not None:
+        assert plain == full
+    try:
+        assert turns.validate_batch("add", batch, LIMITS) == full
+    except ApiError as e:
+        assert e.message == full
