@@ -343,25 +343,12 @@ def add(
     sequence_ids = turns.effective_sequence_ids(checked, tail)
     starts = turns.place_in_rounds(checked, first_seq, tail, sequence_ids)
     after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
-    offsets, running = [], int(row["total_chars"])
-    last_user = None
     # The instructions prefix extends only while every turn so far belongs to it.
-    pinning = int(row["pinned_seq"]) == first_seq - 1
-    items = False
-    pinned_turns = pinned_chars = 0
-    for i, t in enumerate(checked):
-        offsets.append(running)
-        running += t.chars
-        if t.role == "user":
-            last_user = first_seq + i
-        if t.item is not None:
-            items = True
-        if pinning:
-            if t.role in _INSTRUCTION_ROLES:
-                pinned_turns += 1
-                pinned_chars += t.chars
-            else:
-                pinning = False
+    offsets, running, user_at, pinned_turns, pinned_chars = _layout(
+        checked, int(row["total_chars"]), int(row["pinned_seq"]) == first_seq - 1
+    )
+    last_user = None if user_at is None else first_seq + user_at
+    items = any(t.item is not None for t in checked)
     ahead = _ahead_budget(ns, row, running)
     stored = db.execute(
         _STORE,
@@ -447,24 +434,9 @@ def _fast_add(
             after = turns.next_tail(fn, checked, tail, sequence_ids, starts)
     except ApiError:
         return None
-    offsets, chars, roles, contents, kinds = [], [], [], [], []
-    running, last_user, pinning = 0, None, True
-    pinned_turns = pinned_chars = 0
-    for i, t in enumerate(checked):
-        offsets.append(running)
-        running += t.chars
-        chars.append(t.chars)
-        roles.append(t.role)
-        contents.append(t.content)
-        kinds.append(t.kind)
-        if t.role == "user":
-            last_user = i
-        if pinning:
-            if t.role in _INSTRUCTION_ROLES:
-                pinned_turns += 1
-                pinned_chars += t.chars
-            else:
-                pinning = False
+    # Positions relative to the batch; _FAST_STORE applies the prefix only while the session's
+    # turns so far all belong to it.
+    offsets, running, last_user, pinned_turns, pinned_chars = _layout(checked, 0, True)
     # A plain batch sends NULL for the columns its turns leave NULL (unnest pads a NULL array
     # with NULLs; meta is '{}').
     rest: tuple[Any, ...] = (None,) * 6
@@ -504,10 +476,10 @@ def _fast_add(
             # NULL where every turn starts its own round: then the SQL gives each its position.
             starts,
             offsets,
-            chars,
-            roles,
-            contents,
-            kinds,
+            [t.chars for t in checked],
+            [t.role for t in checked],
+            [t.content for t in checked],
+            [t.kind for t in checked],
             *rest,
         ),
     )
@@ -522,6 +494,30 @@ def _fast_add(
             (ns.id, actor, sid, done["ref"], ahead),
         )
     return str(done["public_id"])
+
+
+def _layout(
+    checked: list[turns.Turn], first_offset: int, pinning: bool
+) -> tuple[list[int], int, int | None, int, int]:
+    """Where a batch's turns go: each turn's char offset (the first at ``first_offset``), the
+    offset after the batch, the index of its last user turn (None: none), and how many turns and
+    chars extend the instructions prefix (``pinning``: whether the prefix still can, i.e. every
+    turn before the batch belongs to it)."""
+    offsets: list[int] = []
+    running, last_user = first_offset, None
+    pinned_turns = pinned_chars = 0
+    for i, t in enumerate(checked):
+        offsets.append(running)
+        running += t.chars
+        if t.role == "user":
+            last_user = i
+        if pinning:
+            if t.role in _INSTRUCTION_ROLES:
+                pinned_turns += 1
+                pinned_chars += t.chars
+            else:
+                pinning = False
+    return offsets, running, last_user, pinned_turns, pinned_chars
 
 
 def _or_null(values: list[Any]) -> list[Any] | None:
