@@ -61,17 +61,18 @@ class Namespace:
         self._row = row
         self._parsed: tuple[dict[str, Any], dict[str, Any]] | None = None
 
-    @property
-    def config(self) -> dict[str, Any]:
+    def _config_and_spec(self) -> tuple[dict[str, Any], dict[str, Any]]:
         if self._parsed is None:
             self._parsed = _parsed(self._row["config"], self._row["model_spec"])
-        return self._parsed[0]
+        return self._parsed
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._config_and_spec()[0]
 
     @property
     def model_spec(self) -> dict[str, Any]:
-        if self._parsed is None:
-            self._parsed = _parsed(self._row["config"], self._row["model_spec"])
-        return self._parsed[1]
+        return self._config_and_spec()[1]
 
     def setting(self, key: str) -> Any:
         """One config value: from the row's ``cfg_<key>`` column when its query selected one
