@@ -1,0 +1,32 @@
+"""The distribution key (issue 15): one definition, in SQL and in the server code alike."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aidb_memory_server import keys
+from conftest import Database
+
+actors = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=80)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(namespace_id=st.integers(min_value=1, max_value=2**63 - 1), actor_id=actors)
+def test_sql_and_python_compute_the_same_key(
+    db: Database, namespace_id: int, actor_id: str
+) -> None:
+    assert db.value("SELECT aidb_memory.actor_key(%s, %s)", (namespace_id, actor_id)) == (
+        keys.actor_key(namespace_id, actor_id)
+    )
+
+
+def test_the_key_is_a_fixed_standard_hash() -> None:
+    # sha256(b"1:alice")[:8] as a signed big-endian integer: the same on every machine, so that
+    # a database moved to another architecture or major version keeps its rows' keys.
+    assert keys.actor_key(1, "alice") == int.from_bytes(
+        bytes.fromhex("4cb3513c5c555820"), "big", signed=True
+    )
+    assert keys.actor_key(2, "alice") != keys.actor_key(1, "alice")
