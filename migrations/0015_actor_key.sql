@@ -215,29 +215,33 @@ ALTER TABLE aidb_memory.compaction_ahead DROP CONSTRAINT compaction_ahead_pkey;
 ALTER TABLE aidb_memory.compaction_ahead ADD CONSTRAINT compaction_ahead_pkey
     PRIMARY KEY (actor_key, session_ref);
 
--- 5. The foreign keys again, each with actor_key: between co-located rows of one actor. SET NULL
--- names its column, so that actor_key itself is never nulled.
+-- 5. The foreign keys again, each with actor_key: between co-located rows of one actor. Citus
+-- allows only CASCADE, RESTRICT and NO ACTION between distributed tables (not SET NULL, even with
+-- a column list), so the references to events and to the memory that superseded another no
+-- longer null themselves: an event goes only with its actor (forget, which deletes what refers
+-- to it first) or its namespace, and memories.delete clears superseded_by where it points to a
+-- memory it deletes.
 ALTER TABLE aidb_memory.turn ADD CONSTRAINT turn_session_ref_fkey
     FOREIGN KEY (actor_key, session_ref) REFERENCES aidb_memory.session (actor_key, id)
     ON DELETE CASCADE;
 ALTER TABLE aidb_memory.turn ADD CONSTRAINT turn_event_ref_fkey
     FOREIGN KEY (actor_key, event_ref) REFERENCES aidb_memory.event (actor_key, id)
-    ON DELETE SET NULL (event_ref);
+    ON DELETE NO ACTION;
 ALTER TABLE aidb_memory.summary ADD CONSTRAINT summary_session_ref_fkey
     FOREIGN KEY (actor_key, session_ref) REFERENCES aidb_memory.session (actor_key, id)
     ON DELETE CASCADE;
 ALTER TABLE aidb_memory.memory ADD CONSTRAINT memory_source_event_fkey
     FOREIGN KEY (actor_key, source_event) REFERENCES aidb_memory.event (actor_key, id)
-    ON DELETE SET NULL (source_event);
+    ON DELETE NO ACTION;
 ALTER TABLE aidb_memory.memory ADD CONSTRAINT memory_superseded_by_fkey
     FOREIGN KEY (actor_key, superseded_by) REFERENCES aidb_memory.memory (actor_key, id)
-    ON DELETE SET NULL (superseded_by);
+    ON DELETE NO ACTION;
 ALTER TABLE aidb_memory.memory_history ADD CONSTRAINT memory_history_memory_id_fkey
     FOREIGN KEY (actor_key, memory_id) REFERENCES aidb_memory.memory (actor_key, id)
     ON DELETE CASCADE;
 ALTER TABLE aidb_memory.memory_history ADD CONSTRAINT memory_history_event_id_fkey
     FOREIGN KEY (actor_key, event_id) REFERENCES aidb_memory.event (actor_key, id)
-    ON DELETE SET NULL (event_id);
+    ON DELETE NO ACTION;
 
 ANALYZE aidb_memory.session, aidb_memory.turn, aidb_memory.summary, aidb_memory.event,
     aidb_memory.memory, aidb_memory.memory_word, aidb_memory.memory_history;
