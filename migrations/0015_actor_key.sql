@@ -246,32 +246,3 @@ ALTER TABLE aidb_memory.memory_history ADD CONSTRAINT memory_history_event_id_fk
 ANALYZE aidb_memory.session, aidb_memory.turn, aidb_memory.summary, aidb_memory.event,
     aidb_memory.memory, aidb_memory.memory_word, aidb_memory.memory_history;
 
--- TRANSITION (issue 15 work in progress; removed before merge): fills actor_key on inserts that
--- do not pass it yet.
-CREATE FUNCTION aidb_memory.transition_fill_key() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF NEW.actor_key IS NULL THEN
-        IF TG_TABLE_NAME IN ('session', 'event', 'memory', 'memory_word', 'memory_history',
-                             'actor_lock') THEN
-            NEW.actor_key := aidb_memory.actor_key(NEW.namespace_id, NEW.actor_id);
-        ELSE
-            SELECT s.actor_key INTO NEW.actor_key FROM aidb_memory.session AS s
-            WHERE s.id = NEW.session_ref;
-        END IF;
-    END IF;
-    RETURN NEW;
-END
-$$;
-COMMENT ON FUNCTION aidb_memory.transition_fill_key() IS 'transition';
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.session FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.event FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.memory FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.memory_word FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.memory_history FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.actor_lock FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.turn FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.summary FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.compaction_lock FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.compaction_failure FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
-CREATE TRIGGER a_transition BEFORE INSERT ON aidb_memory.compaction_ahead FOR EACH ROW EXECUTE FUNCTION aidb_memory.transition_fill_key();
