@@ -1,8 +1,10 @@
 -- Scale out by actor (issue 15): every per-actor table carries actor_key, the one key a
 -- distributed PostgreSQL (Citus) can shard them all by, so that every call on one (namespace,
 -- actor) touches one shard. docs/scaling.md has the rules this follows; in short:
---   * actor_key is derived from (namespace id, actor id) by aidb_memory.actor_key, and nowhere
---     else (the server code's keys.actor_key computes the same number; a test holds them equal);
+--   * actor_key is derived from (namespace name, actor id) by aidb_memory.actor_key (sql/05_keys.sql;
+--     the server code's keys.actor_key computes the same number, a test holds them equal): every
+--     API call names both, so every call knows its key before it reads anything. A namespace's
+--     name never changes;
 --   * it leads every primary key, unique constraint and foreign key between per-actor tables, and
 --     every index a hot statement reads (which filters on it);
 --   * no identity columns (Citus refuses to distribute a table with one): ids come from plain
@@ -10,22 +12,22 @@
 -- The conversion rewrites every per-actor table once (an UPDATE of each row): on a large
 -- installation run it in a maintenance window (docs/operations.md, "Upgrading").
 
--- The key: the first 8 bytes of SHA-256 of "<namespace id>:<actor id>" as a signed bigint. A
+-- The key: the first 8 bytes of SHA-256 of "<namespace name>:<actor id>" as a signed bigint. A
 -- standard hash, not PostgreSQL's internal one, so that it is the same on every architecture and
--- major version, and in Python.
-CREATE FUNCTION aidb_memory.actor_key(namespace_id bigint, actor_id text)
+-- major version, and in Python. (sql/05_keys.sql defines it again, as install keeps only the
+-- functions sql/ defines.)
+CREATE FUNCTION aidb_memory.actor_key(namespace text, actor_id text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(
             pg_catalog.substr(
                 pg_catalog.sha256(pg_catalog.convert_to(
-                    namespace_id::text OPERATOR(pg_catalog.||) ':'
+                    namespace OPERATOR(pg_catalog.||) ':'
                     OPERATOR(pg_catalog.||) actor_id, 'UTF8')),
                 1, 8),
             'hex'))::bit(64)::bigint;
-COMMENT ON FUNCTION aidb_memory.actor_key(bigint, text) IS
-'The distribution key of an actor''s rows: the first 8 bytes of SHA-256 of '
-'"<namespace id>:<actor id>" as a signed bigint (docs/scaling.md).';
+COMMENT ON FUNCTION aidb_memory.actor_key(text, text) IS
+'The distribution key of an actor''s rows (docs/scaling.md).';
 
 -- 1. The foreign keys between per-actor tables go first: they depend on the keys replaced below.
 ALTER TABLE aidb_memory.turn DROP CONSTRAINT turn_session_ref_fkey;
@@ -39,17 +41,23 @@ ALTER TABLE aidb_memory.memory_history DROP CONSTRAINT memory_history_event_id_f
 -- 2. The key of every existing row. Rows of the lock tables whose session is gone (they have no
 -- foreign key, and a deletion skips a row a compaction holds) have no key: they go.
 ALTER TABLE aidb_memory.session ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.session SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.session AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.event ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.event SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.event AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.memory SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.memory AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory_word ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.memory_word SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.memory_word AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory_history ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.memory_history SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.memory_history AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.actor_lock ADD COLUMN actor_key bigint;
-UPDATE aidb_memory.actor_lock SET actor_key = aidb_memory.actor_key(namespace_id, actor_id);
+UPDATE aidb_memory.actor_lock AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
+FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 
 ALTER TABLE aidb_memory.turn ADD COLUMN actor_key bigint;
 UPDATE aidb_memory.turn AS t SET actor_key = s.actor_key

@@ -11,7 +11,9 @@ BEGIN
     IF NEW.actor_key IS NULL THEN
         IF TG_TABLE_NAME IN ('session', 'event', 'memory', 'memory_word', 'memory_history',
                              'actor_lock') THEN
-            NEW.actor_key := aidb_memory.actor_key(NEW.namespace_id, NEW.actor_id);
+            NEW.actor_key := aidb_memory.actor_key(
+                (SELECT n.name FROM aidb_memory.namespace AS n WHERE n.id = NEW.namespace_id),
+                NEW.actor_id);
         ELSE
             SELECT s.actor_key INTO NEW.actor_key FROM aidb_memory.session AS s
             WHERE s.id = NEW.session_ref;

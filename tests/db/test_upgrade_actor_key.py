@@ -248,7 +248,8 @@ def test_an_upgrade_with_data_keeps_every_row_and_every_read(
         assert (
             db.value(
                 f"SELECT count(*) FROM aidb_memory.{table} "
-                "WHERE actor_key IS DISTINCT FROM aidb_memory.actor_key(namespace_id, actor_id)"
+                "WHERE actor_key IS DISTINCT FROM aidb_memory.actor_key("
+                "(SELECT name FROM aidb_memory.namespace WHERE id = namespace_id), actor_id)"
             )
             == 0
         ), table
