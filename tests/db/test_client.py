@@ -52,9 +52,10 @@ def ns(db: Database) -> Database:
         ("Alice has a red bike", "s-2"),
     ):
         db.sql(
-            """INSERT INTO aidb_memory.memory (namespace_id, actor_id, agent_id, session_id,
-                                               content, content_hash)
-               SELECT id, 'alice', 'agent-1', %s, %s, md5(%s)
+            """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, agent_id,
+                                               session_id, content, content_hash)
+               SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', 'agent-1', %s, %s,
+                      md5(%s)
                FROM aidb_memory.namespace WHERE name = %s""",
             (session, content, content, NS),
         )

@@ -48,8 +48,8 @@ def _generate(db: Database, contents_sql: str, n: int) -> None:
             FROM generate_series(1, {n}) AS g
         )
         INSERT INTO aidb_memory.turn
-            (session_ref, seq, round_start, char_offset, chars, role, content, kind)
-        SELECT s.id, c.seq, c.seq,
+            (actor_key, session_ref, seq, round_start, char_offset, chars, role, content, kind)
+        SELECT s.actor_key, s.id, c.seq, c.seq,
                coalesce(sum(length(c.content)) OVER (ORDER BY c.seq ROWS BETWEEN UNBOUNDED
                                                      PRECEDING AND 1 PRECEDING), 0),
                length(c.content), c.role, c.content,

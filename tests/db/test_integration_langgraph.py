@@ -42,15 +42,18 @@ def dsn(db: Database, fake: FakeOpenAI) -> str:
     db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
     for i, (content, session, agent) in enumerate(FACTS):
         db.sql(
-            """INSERT INTO aidb_memory.memory (namespace_id, actor_id, agent_id, session_id,
-                                               content, content_hash, created_at)
-               SELECT id, %s, %s, %s, %s, md5(%s), now() - make_interval(mins => %s)
+            """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, agent_id,
+                                               session_id, content, content_hash, created_at)
+               SELECT aidb_memory.actor_key(name, %s), id, %s, %s, %s, %s, md5(%s),
+                      now() - make_interval(mins => %s)
                FROM aidb_memory.namespace WHERE name = %s""",
-            ("erin", agent, session, content, content, 10 - i, NS),
+            ("erin", "erin", agent, session, content, content, 10 - i, NS),
         )
     db.sql(
-        """INSERT INTO aidb_memory.memory (namespace_id, actor_id, content, content_hash)
-           SELECT id, 'fred', 'Fred prefers aisle seats', 'f' FROM aidb_memory.namespace
+        """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content,
+                                           content_hash)
+           SELECT aidb_memory.actor_key(name, 'fred'), id, 'fred', 'Fred prefers aisle seats',
+                  'f' FROM aidb_memory.namespace
            WHERE name = %s""",
         (NS,),
     )

@@ -87,10 +87,12 @@ def _memory(db: Database, content: str, actor: str) -> str:
     """A memory inserted as the worker writes one; its public id."""
     return str(
         db.value(
-            """INSERT INTO aidb_memory.memory (namespace_id, actor_id, content, content_hash)
-               VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, md5(%s))
+            """INSERT INTO aidb_memory.memory
+                   (actor_key, namespace_id, actor_id, content, content_hash)
+               VALUES (aidb_memory.actor_key(%s, %s),
+                       (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, md5(%s))
                RETURNING public_id::text""",
-            (NS, actor, content, content),
+            (NS, actor, NS, actor, content, content),
         )
     )
 

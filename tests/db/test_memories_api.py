@@ -48,13 +48,16 @@ def _memory(
     return str(
         db.value(
             """INSERT INTO aidb_memory.memory
-                   (namespace_id, actor_id, agent_id, session_id, content, content_hash,
-                    embedding, embedding_model, valid_to, created_at)
-               VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, %s, %s,
+                   (actor_key, namespace_id, actor_id, agent_id, session_id, content,
+                    content_hash, embedding, embedding_model, valid_to, created_at)
+               VALUES (aidb_memory.actor_key(%s, %s),
+                       (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, %s, %s,
                        md5(%s), %s::real[], %s, CASE WHEN %s THEN NULL ELSE now() END,
                        coalesce(%s::timestamptz, now()))
                RETURNING public_id::text""",
             (
+                ns,
+                actor,
                 ns,
                 actor,
                 agent,
@@ -315,8 +318,10 @@ def test_search_cost_is_bounded_by_candidates(db: Database) -> None:
     """Each signal ranks at most 200 candidates: 300 equally matching memories still answer."""
     _namespace(db)
     db.sql(
-        """INSERT INTO aidb_memory.memory (namespace_id, actor_id, content, content_hash)
-           SELECT n.id, 'alice', 'note number ' || i || ' about the garden', md5(i::text)
+        """INSERT INTO aidb_memory.memory
+               (actor_key, namespace_id, actor_id, content, content_hash)
+           SELECT aidb_memory.actor_key(n.name, 'alice'), n.id, 'alice',
+                  'note number ' || i || ' about the garden', md5(i::text)
            FROM aidb_memory.namespace n, generate_series(1, 300) AS i WHERE n.name = %s""",
         (NS,),
     )
@@ -383,8 +388,8 @@ def test_delete_by_ids_removes_exactly_those_with_their_history(db: Database) ->
     bobs = _memory(db, "fact of bob", actor="bob")
     db.sql(
         """INSERT INTO aidb_memory.memory_history
-               (memory_id, namespace_id, actor_id, operation, new_content)
-           SELECT id, namespace_id, actor_id, 'add', content FROM aidb_memory.memory"""
+               (actor_key, memory_id, namespace_id, actor_id, operation, new_content)
+           SELECT actor_key, id, namespace_id, actor_id, 'add', content FROM aidb_memory.memory"""
     )
     # Another actor's id and an unknown id are named too: neither is touched.
     assert _delete(db, {"ids": [a, b, bobs, str(uuid.uuid4())]}) == 2
@@ -415,8 +420,9 @@ def test_delete_blanks_a_deleted_facts_text_in_other_history(db: Database) -> No
     _supersede(db, old, new)
     db.sql(
         """INSERT INTO aidb_memory.memory_history
-               (memory_id, namespace_id, actor_id, operation, old_content, new_content)
-           SELECT id, namespace_id, actor_id, 'supersede', 'Alice lives in Porto',
+               (actor_key, memory_id, namespace_id, actor_id, operation, old_content,
+                new_content)
+           SELECT actor_key, id, namespace_id, actor_id, 'supersede', 'Alice lives in Porto',
                   'Alice lives in Lisbon'
            FROM aidb_memory.memory WHERE public_id = %s""",
         (old,),
@@ -578,8 +584,10 @@ def test_forget_leaves_no_trace(db: Database) -> None:
     _add(db, actor, [{"role": "user", "content": f"{secret_turn} again"}])
     db.sql(
         """INSERT INTO aidb_memory.summary
-               (session_ref, from_seq, to_seq, turn_count, content, chars, from_offset, to_offset)
-           SELECT id, 1, 1, 1, %s, 10, 0, 10 FROM aidb_memory.session WHERE session_id = %s""",
+               (actor_key, session_ref, from_seq, to_seq, turn_count, content, chars,
+                from_offset, to_offset)
+           SELECT actor_key, id, 1, 1, 1, %s, 10, 0, 10 FROM aidb_memory.session
+           WHERE session_id = %s""",
         (secret_summary, f"s1-{tag}"),
     )
     fact = _memory(db, secret_fact, actor, session=f"s1-{tag}", agent=f"agent-{tag}")
@@ -587,10 +595,12 @@ def test_forget_leaves_no_trace(db: Database) -> None:
     _supersede(db, old, fact)
     db.sql(
         """INSERT INTO aidb_memory.memory_history
-               (memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content)
-           SELECT m.id, m.namespace_id, m.actor_id, e.id, 'supersede', %s, m.content
+               (actor_key, memory_id, namespace_id, actor_id, event_id, operation,
+                old_content, new_content)
+           SELECT m.actor_key, m.id, m.namespace_id, m.actor_id, e.id, 'supersede', %s,
+                  m.content
            FROM aidb_memory.memory m, aidb_memory.event e
-           WHERE m.public_id = %s AND e.idempotency_key = %s""",
+           WHERE m.public_id = %s AND e.idempotency_key = %s AND e.actor_key = m.actor_key""",
         (f"old fact {tag}", fact, secret_key),
     )
     # What must stay: bob in the same namespace, and the same actor id in another namespace.

@@ -192,11 +192,12 @@ def _memories(db: Database) -> dict[int, dict[str, str]]:
             out[i][content] = str(
                 db.value(
                     """INSERT INTO aidb_memory.memory
-                           (namespace_id, actor_id, content, content_hash)
-                       VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s,
+                           (actor_key, namespace_id, actor_id, content, content_hash)
+                       VALUES (aidb_memory.actor_key(%s, %s),
+                               (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s,
                                md5(%s))
                        RETURNING public_id::text""",
-                    (NS, f"mem{i}", content, content),
+                    (NS, f"mem{i}", NS, f"mem{i}", content, content),
                 )
             )
     return out

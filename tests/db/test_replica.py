@@ -71,11 +71,12 @@ def _write(db: Database, fake: FakeOpenAI) -> dict[str, str]:
         memories[content] = str(
             db.value(
                 """INSERT INTO aidb_memory.memory
-                       (namespace_id, actor_id, session_id, content, content_hash)
-                   VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
+                       (actor_key, namespace_id, actor_id, session_id, content, content_hash)
+                   VALUES (aidb_memory.actor_key(%s, 'alice'),
+                           (SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
                            'short', %s, md5(%s))
                    RETURNING public_id::text""",
-                (NS, content, content),
+                (NS, NS, content, content),
             )
         )
     return memories
@@ -95,12 +96,13 @@ def _write_embedded(db: Database, fake: FakeOpenAI) -> dict[str, str]:
         content: str(
             db.value(
                 """INSERT INTO aidb_memory.memory
-                       (namespace_id, actor_id, content, content_hash, embedding,
+                       (actor_key, namespace_id, actor_id, content, content_hash, embedding,
                         embedding_model)
-                   VALUES ((SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
+                   VALUES (aidb_memory.actor_key(%s, 'alice'),
+                           (SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
                            %s, md5(%s), %s::real[], 'emb')
                    RETURNING public_id::text""",
-                (EMBEDDED, content, content, vector),
+                (EMBEDDED, EMBEDDED, content, content, vector),
             )
         )
         for content, vector in facts.items()

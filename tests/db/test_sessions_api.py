@@ -917,14 +917,14 @@ def test_summaries_reach_the_handoff_and_go_with_the_turns_they_cover(db: Databa
     _init(db)
     with db.connect(APP_USER) as conn:
         _add(conn, [_user(f"turn {i}") for i in range(1, 7)])
-    ref = db.value("SELECT id FROM aidb_memory.session")
+    ref, key = db.sql("SELECT id, actor_key FROM aidb_memory.session")[0]
     db.sql(
         """INSERT INTO aidb_memory.summary
-               (session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset,
-                to_offset)
-           VALUES (%(r)s, 1, 2, 2, 'old summary', 11, 'm', 0, 12),
-                  (%(r)s, 3, 4, 2, 'new summary', 11, 'm', 12, 24)""",
-        {"r": ref},
+               (actor_key, session_ref, from_seq, to_seq, turn_count, content, chars, model,
+                from_offset, to_offset)
+           VALUES (%(k)s, %(r)s, 1, 2, 2, 'old summary', 11, 'm', 0, 12),
+                  (%(k)s, %(r)s, 3, 4, 2, 'new summary', 11, 'm', 12, 24)""",
+        {"r": ref, "k": key},
     )
     with db.connect(APP_USER) as conn:
         assert _pop(conn)["content"] == "turn 6"

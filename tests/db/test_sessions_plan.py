@@ -51,8 +51,9 @@ def _build(db: Database) -> Database:
         conn.execute(
             """
             INSERT INTO aidb_memory.turn
-                (session_ref, seq, round_start, char_offset, chars, role, content, kind, meta)
-            SELECT s.id, g.g, g.g - (g.g - 1) %% %(round)s,
+                (actor_key, session_ref, seq, round_start, char_offset, chars, role, content,
+                 kind, meta)
+            SELECT s.actor_key, s.id, g.g, g.g - (g.g - 1) %% %(round)s,
                    sum(g.c) OVER (ORDER BY g.g) - g.c, g.c,
                    CASE WHEN (g.g - 1) %% %(round)s = 0 THEN 'user' ELSE 'assistant' END,
                    lpad(g.g::text, g.c, '.'),

@@ -43,13 +43,15 @@ def _memories(
     words = ["tea", "coffee", "lyon", "oslo", "peanuts", "falafel", "chess", "piano", "nurse"]
     db.sql(
         """INSERT INTO aidb_memory.memory
-               (namespace_id, actor_id, content, content_hash, embedding, embedding_model)
-           SELECT (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s,
+               (actor_key, namespace_id, actor_id, content, content_hash, embedding,
+                embedding_model)
+           SELECT aidb_memory.actor_key(%s, %s),
+                  (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s,
                   'The user likes ' || (%s::text[])[1 + i %% 9] || ' and ' ||
                   (%s::text[])[1 + (i / 9) %% 9] || ' number ' || i,
                   md5(i::text), %s::real[], %s
            FROM generate_series(1, %s) AS i""",
-        (NS, ACTOR, words, words, embedding, model, n),
+        (NS, ACTOR, NS, ACTOR, words, words, embedding, model, n),
     )
 
 

@@ -636,8 +636,9 @@ LANGUAGE sql IMMUTABLE
 RETURN pg_catalog.to_tsvector(config::pg_catalog.regconfig, content)
 """
 _MEMORY = (
-    "INSERT INTO aidb_memory.memory (namespace_id, actor_id, content, content_hash) "
-    "VALUES (1, 'alice', %s, %s)"
+    "INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, content_hash) "
+    "SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', %s, %s "
+    "FROM aidb_memory.namespace WHERE id = 1"
 )
 
 

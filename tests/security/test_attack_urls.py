@@ -84,8 +84,10 @@ def test_searchs_warning_names_the_model_not_its_url(
 ) -> None:
     db.sql(
         """INSERT INTO aidb_memory.memory
-               (namespace_id, actor_id, content, content_hash, embedding, embedding_model)
-           SELECT id, 'alice', 'Alice likes green tea', md5('Alice likes green tea'),
+               (actor_key, namespace_id, actor_id, content, content_hash, embedding,
+                embedding_model)
+           SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', 'Alice likes green tea',
+                  md5('Alice likes green tea'),
                   ARRAY[1, 0]::real[], 'leaky_emb'
            FROM aidb_memory.namespace WHERE name = %s""",
         (NS,),
