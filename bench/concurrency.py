@@ -27,13 +27,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
+
+# The references pass the actor's distribution key as the server code does: a parameter.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plpython"))
+from aidb_memory_server.keys import actor_key
+
+sys.path.pop(0)
 
 CLIENTS = 8
 TARGET = 0.7
@@ -59,9 +67,10 @@ SELECT coalesce(jsonb_agg(jsonb_build_object('role', t.role, 'content', t.conten
                           ORDER BY t.seq), '[]'::jsonb) AS messages
 FROM aidb_memory.namespace AS n
 JOIN aidb_memory.session AS s
-  ON s.namespace_id = n.id AND s.actor_id = %(actor)s AND s.session_id = %(sid)s
+  ON s.actor_key = %(key)s AND s.namespace_id = n.id AND s.actor_id = %(actor)s
+ AND s.session_id = %(sid)s
 JOIN aidb_memory.turn AS t
-  ON t.session_ref = s.id AND t.seq >= s.next_seq - %(n)s
+  ON t.actor_key = %(key)s AND t.session_ref = s.id AND t.seq >= s.next_seq - %(n)s
 WHERE n.name = %(ns)s
 """
 # How the clients' backends are found: one row per backend.
@@ -133,9 +142,16 @@ class Row:
         return row[0]
 
     async def _ref(self, conn: psycopg.AsyncConnection[Any], sid: str) -> Any:
-        add = {"ns": self.ns, "actor": self.actor, "sid": sid, "turns": json.dumps(chat_turns())}
+        key = actor_key(self.ns, self.actor)
+        add = {
+            "ns": self.ns,
+            "actor": self.actor,
+            "key": key,
+            "sid": sid,
+            "turns": json.dumps(chat_turns()),
+        }
         await conn.execute(self.add_ref, add, prepare=True)
-        read = {"ns": self.ns, "actor": self.actor, "sid": sid, "n": LIMIT_TURNS}
+        read = {"ns": self.ns, "actor": self.actor, "key": key, "sid": sid, "n": LIMIT_TURNS}
         cur = await conn.execute(READ_REF, read, prepare=True)
         row = await cur.fetchone()
         assert row is not None

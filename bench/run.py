@@ -40,6 +40,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 NS = "bench"
 ACTOR = "alice"
+# The references pass the actor's distribution key as the server code does: a parameter
+# (keys.py, the server's own definition; pure Python).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plpython"))
+from aidb_memory_server.keys import actor_key  # noqa: E402
+
+sys.path.pop(0)
+KEY = actor_key(NS, ACTOR)
 DB = "bench"
 
 # --- the data -------------------------------------------------------------------------------
@@ -110,19 +117,20 @@ WITH x AS (
         last_user_seq = coalesce(s.next_seq + agg.last_user - 1, s.last_user_seq),
         updated_at = now()
     FROM aidb_memory.namespace AS n, agg
-    WHERE n.name = %(ns)s AND s.namespace_id = n.id AND s.actor_id = %(actor)s
-      AND s.session_id = %(sid)s
-    RETURNING s.id, s.namespace_id, s.next_seq - agg.n AS first_seq,
+    WHERE s.actor_key = %(key)s AND n.name = %(ns)s AND s.namespace_id = n.id
+      AND s.actor_id = %(actor)s AND s.session_id = %(sid)s
+    RETURNING s.actor_key, s.id, s.namespace_id, s.next_seq - agg.n AS first_seq,
               s.total_chars - agg.total AS first_offset
 ), e AS (
     INSERT INTO aidb_memory.event
-        (namespace_id, actor_id, session_id, turns_hash, turn_count, status)
-    SELECT s.namespace_id, %(actor)s, %(sid)s, NULL, agg.n, 'skipped' FROM s, agg
+        (actor_key, namespace_id, actor_id, session_id, turns_hash, turn_count, status)
+    SELECT s.actor_key, s.namespace_id, %(actor)s, %(sid)s, NULL, agg.n, 'skipped' FROM s, agg
     RETURNING id, public_id
 ), t AS (
     INSERT INTO aidb_memory.turn
-        (session_ref, seq, round_start, char_offset, chars, role, content, kind, event_ref)
-    SELECT s.id, s.first_seq + x.o - 1, s.first_seq + x.o - 1,
+        (actor_key, session_ref, seq, round_start, char_offset, chars, role, content, kind,
+         event_ref)
+    SELECT s.actor_key, s.id, s.first_seq + x.o - 1, s.first_seq + x.o - 1,
            s.first_offset + sum(x.chars) OVER (ORDER BY x.o) - x.chars, x.chars, x.role, x.content,
            CASE x.role WHEN 'user' THEN 'user_prompt' WHEN 'assistant' THEN 'model_response'
                        WHEN 'tool' THEN 'tool_result' ELSE 'system' END,
@@ -146,9 +154,11 @@ SELECT coalesce(jsonb_agg(
            ORDER BY t.seq), '[]'::jsonb) AS items
 FROM aidb_memory.namespace AS n
 JOIN aidb_memory.session AS s
-  ON s.namespace_id = n.id AND s.actor_id = %(actor)s AND s.session_id = %(sid)s
+  ON s.actor_key = %(key)s AND s.namespace_id = n.id AND s.actor_id = %(actor)s
+ AND s.session_id = %(sid)s
 JOIN aidb_memory.turn AS t
-  ON t.session_ref = s.id AND t.char_offset >= s.total_chars - %(budget)s
+  ON t.actor_key = %(key)s AND t.session_ref = s.id
+ AND t.char_offset >= s.total_chars - %(budget)s
 WHERE n.name = %(ns)s
 """
 
@@ -292,8 +302,8 @@ SEARCH = 'SELECT id, content FROM aidb_memory.search(%s, %s, %s, "limit" => 10)'
 # (e) reference: plain full text on the same rows, best ts_rank_cd first.
 SEARCH_REF = """
 SELECT public_id, content FROM aidb_memory.memory
-WHERE namespace_id = %(ns)s AND actor_id = %(actor)s AND valid_to IS NULL
-  AND tsv @@ websearch_to_tsquery('simple', %(q)s)
+WHERE actor_key = %(key)s AND namespace_id = %(ns)s AND actor_id = %(actor)s
+  AND valid_to IS NULL AND tsv @@ websearch_to_tsquery('simple', %(q)s)
 ORDER BY ts_rank_cd(tsv, websearch_to_tsquery('simple', %(q)s)) DESC
 LIMIT 10
 """
@@ -425,10 +435,11 @@ def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
         f"""
         WITH e AS (
             INSERT INTO aidb_memory.event
-                (namespace_id, actor_id, session_id, turns_hash, turn_count, status)
-            SELECT s.namespace_id, s.actor_id, s.session_id, 'generated:' || p, 2, 'skipped'
+                (actor_key, namespace_id, actor_id, session_id, turns_hash, turn_count, status)
+            SELECT s.actor_key, s.namespace_id, s.actor_id, s.session_id, 'generated:' || p, 2,
+                   'skipped'
             FROM aidb_memory.session AS s, generate_series(1, %(n)s / 2) AS p
-            WHERE s.id = %(ref)s
+            WHERE s.actor_key = %(key)s AND s.id = %(ref)s
             RETURNING id, turns_hash
         ), c AS (
             SELECT g AS seq, CASE WHEN mod(g, 2) = 1 THEN 'user' ELSE 'assistant' END AS role,
@@ -436,15 +447,16 @@ def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
             FROM generate_series(1, %(n)s) AS g
         )
         INSERT INTO aidb_memory.turn
-            (session_ref, seq, round_start, char_offset, chars, role, content, kind, event_ref)
-        SELECT %(ref)s, c.seq, c.seq,
+            (actor_key, session_ref, seq, round_start, char_offset, chars, role, content, kind,
+             event_ref)
+        SELECT %(key)s, %(ref)s, c.seq, c.seq,
                coalesce(sum(length(c.content)) OVER (ORDER BY c.seq ROWS BETWEEN UNBOUNDED
                                                      PRECEDING AND 1 PRECEDING), 0),
                length(c.content), c.role, c.content,
                CASE c.role WHEN 'user' THEN 'user_prompt' ELSE 'model_response' END, e.id
         FROM c JOIN e ON e.turns_hash = 'generated:' || ((c.seq + 1) / 2)
         """,
-        {"n": n, "ref": ref},
+        {"n": n, "ref": ref, "key": KEY},
     )
     conn.execute(
         """
@@ -511,8 +523,10 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
     conn.execute(
         f"""
         INSERT INTO aidb_memory.memory
-            (namespace_id, actor_id, content, content_hash, valid_from, created_at, updated_at)
-        SELECT %(ns)s, s.actor, x.c, md5(x.c), s.at, s.at, s.at
+            (actor_key, namespace_id, actor_id, content, content_hash, valid_from, created_at,
+             updated_at)
+        SELECT aidb_memory.actor_key(%(name)s, s.actor), %(ns)s, s.actor, x.c, md5(x.c), s.at,
+               s.at, s.at
         FROM (SELECT CASE WHEN mod(g, 10) = 0 THEN %(actor)s
                           ELSE 'user-' || mod(g, 10) || '-' || mod(g / 10, %(groups)s) END AS actor,
                      mod(mod(g / 10, %(m)s) * {MEMORY_MULT}, %(m)s) AS j,
@@ -521,7 +535,14 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
               FROM generate_series(0::bigint, %(total)s - 1) AS g) AS s,
              LATERAL (SELECT {MEMORY_CONTENT_SQL.replace("%", "%%")} AS c) AS x
         """,
-        {"ns": ns_id, "actor": ACTOR, "groups": groups, "m": per_actor, "total": total},
+        {
+            "ns": ns_id,
+            "name": NS,
+            "actor": ACTOR,
+            "groups": groups,
+            "m": per_actor,
+            "total": total,
+        },
     )
     inserted = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -600,7 +621,9 @@ def verify(conn: psycopg.Connection[Any], big_turns: int) -> dict[str, Any]:
     for _ in range(2):
         conn.execute(ADD, (NS, ACTOR, A_TURNS, "verify-add"), prepare=True)
         conn.execute(
-            ADD_REF, {"ns": NS, "actor": ACTOR, "sid": "verify-ref", "turns": A_TURNS}, prepare=True
+            ADD_REF,
+            {"ns": NS, "actor": ACTOR, "key": KEY, "sid": "verify-ref", "turns": A_TURNS},
+            prepare=True,
         )
 
     def rows(sql: str, sid: str) -> list[tuple[Any, ...]]:
@@ -663,7 +686,9 @@ def verify(conn: psycopg.Connection[Any], big_turns: int) -> dict[str, Any]:
     for sid in ("small", "big"):
         got = conn.execute(GET, (NS, ACTOR, sid, 8000), prepare=True).fetchone()
         ref = conn.execute(
-            GET_REF, {"ns": NS, "actor": ACTOR, "sid": sid, "budget": 8000}, prepare=True
+            GET_REF,
+            {"ns": NS, "actor": ACTOR, "key": KEY, "sid": sid, "budget": 8000},
+            prepare=True,
         ).fetchone()
         assert got is not None and ref is not None
         items = got[0]
@@ -722,7 +747,7 @@ def verify_memories(conn: psycopg.Connection[Any], total: int) -> list[dict[str,
     for q, right in SEARCH_QUERIES:
         ours = conn.execute(SEARCH, (NS, ACTOR, q), prepare=True).fetchall()
         ref = conn.execute(
-            SEARCH_REF, {"ns": found[0], "actor": ACTOR, "q": q}, prepare=True
+            SEARCH_REF, {"ns": found[0], "actor": ACTOR, "key": KEY, "q": q}, prepare=True
         ).fetchall()
         mine = conn.execute(
             "SELECT count(*) FROM aidb_memory.memory WHERE public_id = ANY (%s::uuid[]) "
@@ -1333,10 +1358,10 @@ def main() -> int:
             runner.run(verify_d_session(peer, dsn))
 
             def ref_params(sid: str) -> dict[str, Any]:
-                return {"ns": NS, "actor": ACTOR, "sid": sid, "budget": 8000}
+                return {"ns": NS, "actor": ACTOR, "key": KEY, "sid": sid, "budget": 8000}
 
             a_add_p = (NS, ACTOR, A_TURNS, "a-ours")
-            a_ref_p = {"ns": NS, "actor": ACTOR, "sid": "a-ref", "turns": A_TURNS}
+            a_ref_p = {"ns": NS, "actor": ACTOR, "key": KEY, "sid": "a-ref", "turns": A_TURNS}
             b_p, c_p = (NS, ACTOR, "small", 8000), (NS, ACTOR, "big", 8000)
             b_ref_p, c_ref_p = ref_params("small"), ref_params("big")
 
@@ -1532,7 +1557,7 @@ def measure_e(
     e_plain = QueryCycle(
         e_ref,
         SEARCH_REF,
-        [{"ns": ns_id, "actor": ACTOR, "q": q} for q, _ in SEARCH_QUERIES],
+        [{"ns": ns_id, "actor": ACTOR, "key": KEY, "q": q} for q, _ in SEARCH_QUERIES],
     )
     e_plain_custom = QueryCycle(e_custom, SEARCH_REF, e_plain.params)
     e_paths = [
