@@ -252,7 +252,8 @@ def add(
     """Store a batch of turns (all or none) and record its event; returns the event id.
 
     One statement when the backend knows the namespace (_fast_add), else two: lock
-    (namespace, session, key), then store.
+    (namespace, session, key), then store; before them, on the backend's first add to the
+    namespace, one that resolves its id (whose actor key every statement reads by).
     """
     fn = "add"
     if namespace_name is None:
