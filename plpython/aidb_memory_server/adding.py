@@ -4,14 +4,16 @@ Its own module so that the add path imports what it needs (json, turns) once, at
 read, which imports ``sessions``, loads neither (docs/architecture.md, "Loading the code").
 One statement on the common path (_fast_add: _FAST_STORE), two on the general one: lock
 (namespace, session, key), then store (docs/architecture.md, "Why add costs one statement, or
-two").
+two"). Every statement is on one actor's rows, by its key (issue 15): keys.actor_key of the
+namespace id this backend knows (_known) or has just resolved, passed as a parameter, and each
+statement checks the namespace still has that id.
 """
 
 from __future__ import annotations
 
 import json
 
-from aidb_memory_server import db, turns
+from aidb_memory_server import db, keys, turns
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNIQUE_VIOLATION,
@@ -36,14 +38,16 @@ if TYPE_CHECKING:
 
 _BY_KEY = """
 SELECT public_id::text AS public_id, turns_hash FROM aidb_memory.event
-WHERE namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
 """
 # The namespace row's version: a new one (another xmin or ctid) after any update of the row,
 # whatever its transaction (two versions of one transaction have two ctids). _FAST_STORE writes
 # only while the row is still the version whose config validated the batch (_known).
 _NS_VERSION = "n.xmin::text AS ns_xmin, n.ctid::text AS ns_ctid"
-# The hot path's first statement: the namespace, the session row locked (positions are
-# allocated under this lock, so they are gap-free), and an earlier event with this key.
+# The general path's first statement: the namespace, the session row locked (positions are
+# allocated under this lock, so they are gap-free), and an earlier event with this key. $5 is
+# the actor's key, computed from the namespace id $6, which the namespace must still have (else
+# no row: add resolves the namespace again).
 _LOCK_FOR_ADD = f"""
 SELECT {NS_COLUMNS}, {_NS_VERSION},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
@@ -53,11 +57,12 @@ SELECT {NS_COLUMNS}, {_NS_VERSION},
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
 -- Where a compaction task becomes due (compactor._remember); read, never locked.
-LEFT JOIN aidb_memory.compaction_ahead l ON l.session_ref = s.id
+LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id
 LEFT JOIN aidb_memory.event r
-       ON $4::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
+       ON $4::text IS NOT NULL AND r.actor_key = $5 AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $4
-WHERE n.name = $1 AND s.actor_id = $2 AND s.session_id = $3
+WHERE n.name = $1 AND n.id = $6
+  AND s.actor_key = $5 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
 _NAMESPACE_AND_KEY = f"""
@@ -65,28 +70,29 @@ SELECT {NS_COLUMNS}, {_NS_VERSION},
        r.public_id::text AS replay_id, r.turns_hash AS replay_hash
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.event r
-       ON $3::text IS NOT NULL AND r.namespace_id = n.id AND r.actor_id = $2
+       ON $3::text IS NOT NULL AND r.actor_key = $4 AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $3
-WHERE n.name = $1
+WHERE n.name = $1 AND n.id = $5
 """
 # The second statement: the event, the turns, the session's counters and tail. With an
 # idempotency key the event insert may meet a concurrent twin (committed after our snapshot);
-# then nothing else is written and no row comes back.
+# then nothing else is written and no row comes back. $33 is the actor's key.
 _STORE = """
 WITH e AS (
     INSERT INTO aidb_memory.event
-        (namespace_id, actor_id, agent_id, session_id, idempotency_key, turns_hash, turns,
-         turn_count, status)
-    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
-    ON CONFLICT (namespace_id, actor_id, idempotency_key) WHERE idempotency_key IS NOT NULL
+        (actor_key, namespace_id, actor_id, agent_id, session_id, idempotency_key, turns_hash,
+         turns, turn_count, status)
+    VALUES ($33, $1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+    ON CONFLICT (actor_key, namespace_id, actor_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING id, public_id
 ), t AS (
     INSERT INTO aidb_memory.turn
-        (session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
+        (actor_key, session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
          tool_calls, tool_call_id, meta, item, item_format, event_ref)
-    SELECT $10, $11 + u.o - 1, u.round_start, u.char_offset, u.chars, u.role, u.content, u.kind,
-           u.name, u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, u.item::jsonb,
+    SELECT $33, $10, $11 + u.o - 1, u.round_start, u.char_offset, u.chars, u.role, u.content,
+           u.kind, u.name, u.tool_calls::jsonb, u.tool_call_id, u.meta::jsonb, u.item::jsonb,
            u.item_format, e.id
     FROM e, unnest($12::bigint[], $13::bigint[], $14::int[], $15::text[], $16::text[], $17::text[],
                    $18::text[], $19::text[], $20::text[], $21::text[], $27::text[], $28::text[])
@@ -102,7 +108,7 @@ WITH e AS (
         -- The instructions prefix (pin_instructions) grows by the batch's leading
         -- system/developer turns while every turn so far is one (computed under the row lock).
         pinned_seq = pinned_seq + $31, pinned_chars = pinned_chars + $32
-    WHERE id = $10 AND EXISTS (SELECT 1 FROM e)
+    WHERE actor_key = $33 AND id = $10 AND EXISTS (SELECT 1 FROM e)
 )
 -- An event for the extraction worker wakes the workers that LISTEN (delivered at commit).
 SELECT public_id::text AS public_id,
@@ -114,7 +120,7 @@ _STORE_TYPES = (
     *("bigint", "bigint", "bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 7,
     *("text", "bigint", "text[]", "bigint", "bigint"),
-    *("text[]", "text[]", "boolean", "text", "bigint", "bigint"),
+    *("text[]", "text[]", "boolean", "text", "bigint", "bigint", "bigint"),
 )
 # A compaction task for the worker (issue 13), only when this add passes the session's ahead
 # threshold (_ahead_budget): a statement of its own, so that the common path stays two
@@ -124,14 +130,17 @@ _STORE_TYPES = (
 _QUEUE_COMPACTION = """
 WITH c AS (
     INSERT INTO aidb_memory.event
-        (namespace_id, actor_id, session_id, turn_count, status, kind, session_ref, budget)
-    VALUES ($1, $2, $3, 0, 'accepted', 'compaction', $4, $5)
-    ON CONFLICT (session_ref) WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
+        (actor_key, namespace_id, actor_id, session_id, turn_count, status, kind, session_ref,
+         budget)
+    VALUES ($6, $1, $2, $3, 0, 'accepted', 'compaction', $4, $5)
+    ON CONFLICT (actor_key, session_ref)
+        WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
     DO NOTHING
     RETURNING 1
 )
 SELECT pg_notify('aidb_memory_events', '') AS woke FROM c
 """
+_QUEUE_TYPES = ("bigint", "text", "text", "bigint", "int", "bigint")
 # The common path in one statement (issue 14): an add without an idempotency key to an open
 # session whose tail cannot change how the batch is placed (no open tool calls, and for a
 # Responses batch no reasoning or call item last), by a backend that has read the namespace
@@ -140,7 +149,8 @@ SELECT pg_notify('aidb_memory_events', '') AS woke FROM c
 # UPDATE, whose RETURNING gives the positions it allocated under its row lock (a concurrent add
 # committed first is seen there, as in _LOCK_FOR_ADD). No row comes back when the namespace row
 # is another version now, the session is missing, closed or has another tail: nothing is
-# written, and add takes the general path.
+# written, and add takes the general path. $32 is the actor's key, computed from the namespace
+# id $33 of that row version.
 _FAST_STORE = """
 WITH s AS (
     UPDATE aidb_memory.session AS s
@@ -152,22 +162,22 @@ WITH s AS (
         pinned_seq = s.pinned_seq + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $15 ELSE 0 END,
         pinned_chars = s.pinned_chars + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $16 ELSE 0 END
     FROM aidb_memory.namespace AS n
-    WHERE n.name = $1 AND n.xmin = $2 AND n.ctid = $3 AND session_user = $4
-      AND s.namespace_id = n.id AND s.actor_id = $5 AND s.session_id = $6
+    WHERE n.name = $1 AND n.xmin = $2 AND n.ctid = $3 AND n.id = $33 AND session_user = $4
+      AND s.actor_key = $32 AND s.namespace_id = n.id AND s.actor_id = $5 AND s.session_id = $6
       AND s.closed_at IS NULL AND s.open_calls = '{}'
       AND NOT ($17 AND (s.tail_item_type = 'reasoning' OR right(s.tail_item_type, 5) = '_call'))
     RETURNING s.id, s.namespace_id, s.next_seq - $7 AS first_seq,
               s.total_chars - $8 AS first_offset, s.total_chars
 ), e AS (
     INSERT INTO aidb_memory.event
-        (namespace_id, actor_id, agent_id, session_id, turn_count, status)
-    SELECT s.namespace_id, $5, $18, $6, $7, $19 FROM s
+        (actor_key, namespace_id, actor_id, agent_id, session_id, turn_count, status)
+    SELECT $32, s.namespace_id, $5, $18, $6, $7, $19 FROM s
     RETURNING id, public_id
 ), t AS (
     INSERT INTO aidb_memory.turn
-        (session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
+        (actor_key, session_ref, seq, round_start, char_offset, chars, role, content, kind, name,
          tool_calls, tool_call_id, meta, item, item_format, event_ref)
-    SELECT s.id, s.first_seq + u.o - 1, s.first_seq + coalesce(u.round_start, u.o - 1),
+    SELECT $32, s.id, s.first_seq + u.o - 1, s.first_seq + coalesce(u.round_start, u.o - 1),
            s.first_offset + u.char_offset, u.chars, u.role, u.content, u.kind, u.name,
            u.tool_calls::jsonb, u.tool_call_id, coalesce(u.meta::jsonb, '{}'), u.item::jsonb,
            u.item_format, e.id
@@ -179,18 +189,22 @@ WITH s AS (
 )
 SELECT e.public_id::text AS public_id, s.id AS ref, s.total_chars, l.ahead_at, l.read_budget,
        CASE WHEN $19 = 'accepted' THEN pg_notify('aidb_memory_events', '') END AS woke
-FROM e CROSS JOIN s LEFT JOIN aidb_memory.compaction_ahead l ON l.session_ref = s.id
+FROM e CROSS JOIN s
+LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $32 AND l.session_ref = s.id
 """
 # The same without the ahead threshold, for a namespace that queues no compaction task
 # (_ahead_budget would return None whatever it says): its lookup cost ~2% of such an add.
 _FAST_STORE_NO_AHEAD = _FAST_STORE.replace(
     "l.ahead_at, l.read_budget,", "NULL AS ahead_at, NULL AS read_budget,"
-).replace(" LEFT JOIN aidb_memory.compaction_ahead l ON l.session_ref = s.id", "")
+).replace(
+    "\nLEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $32 AND l.session_ref = s.id", ""
+)
 _FAST_TYPES = (
     *("text", "xid", "tid", "text", "text", "text", "int", "bigint", "text", "bigint"),
     *("text[]", "bigint", "boolean", "text", "bigint", "bigint", "boolean", "text", "text"),
     *("bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 9,
+    *("bigint", "bigint"),
 )
 # Per backend: each namespace's row as add last read it (with its version, _NS_VERSION), whose
 # config validates the batches of the one-statement path. Bounded: cleared when it grows past
@@ -218,10 +232,12 @@ def _replayed(fn: str, public_id: str, stored_hash: str | None, new_hash: str, k
     return public_id
 
 
-def _after_lost_race(fn: str, ns: Namespace, actor: str, key: str | None, batch_hash: str) -> str:
+def _after_lost_race(
+    fn: str, ns: Namespace, actor: str, key: str | None, batch_hash: str, actor_key: int
+) -> str:
     # Our event insert met a twin committed after our snapshot: answer as a retry of it.
     assert key is not None
-    seen = db.execute(_BY_KEY, ("bigint", "text", "text"), (ns.id, actor, key))
+    seen = db.execute(_BY_KEY, ("bigint", "text", "text", "bigint"), (ns.id, actor, key, actor_key))
     return _replayed(fn, seen[0]["public_id"], seen[0]["turns_hash"], batch_hash, key)
 
 
@@ -236,7 +252,8 @@ def add(
     """Store a batch of turns (all or none) and record its event; returns the event id.
 
     One statement when the backend knows the namespace (_fast_add), else two: lock
-    (namespace, session, key), then store.
+    (namespace, session, key), then store; before them, on the backend's first add to the
+    namespace, one that resolves its id (whose actor key every statement reads by).
     """
     fn = "add"
     if namespace_name is None:
@@ -249,24 +266,25 @@ def add(
         done = _fast_add(fn, namespace_name, actor_id, turns_json, session_id, agent_id)
         if done is not None:
             return done
-    if session_id is None:
-        row = one(
-            db.execute(
-                _NAMESPACE_AND_KEY,
-                ("text", "text", "text"),
-                (namespace_name, actor_id, idempotency_key),
-            )
-        )
+    # The actor's key, of the namespace id this backend knows, else of the namespace as it is now
+    # (one more statement, on a backend's first add to the namespace). The first statement reads
+    # only while the namespace has that id.
+    cached = _known.get(namespace_name)
+    resolved = None
+    if cached is not None:
+        ns_id = int(cached["id"])
     else:
-        row = one(
-            db.execute(
-                _LOCK_FOR_ADD,
-                ("text", "text", "text", "text"),
-                (namespace_name, actor_id, session_id, idempotency_key),
-            )
-        )
-        if row is None:  # a new session, or no such namespace
-            ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
+        resolved = namespace(fn, namespace_name, actor_id, writing=True)
+        ns_id = resolved[0].id
+    actor_key = keys.actor_key(ns_id, actor_id)
+    row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id)
+    if row is None:  # a new session, no such namespace, or its id is not the one we knew
+        if resolved is None:
+            resolved = namespace(fn, namespace_name, actor_id, writing=True)
+        ns, actor = resolved
+        if ns.id != ns_id:  # the namespace was dropped and made again since we read it
+            ns_id, actor_key = ns.id, keys.actor_key(ns.id, actor)
+        if session_id is not None:
             sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
             assert sid is not None
             _validate_batch(fn, ns, turns_json)  # refuse a bad batch before creating anything
@@ -274,13 +292,8 @@ def add(
                 fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
             )
             create_session(ns, actor, sid, agent)
-            row = one(
-                db.execute(
-                    _LOCK_FOR_ADD,
-                    ("text", "text", "text", "text"),
-                    (namespace_name, actor_id, session_id, idempotency_key),
-                )
-            )
+        row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id)
+    # The row is of namespace id ns_id (the statement checks it), actor_key that id's.
     ns, actor = check_namespace(fn, namespace_name, row, actor_id, writing=True)
     if len(_known) >= _KNOWN_MAX:
         _known.clear()
@@ -320,11 +333,12 @@ def add(
                 None,
                 0,
                 *_NO_ITEMS,
+                actor_key,
             ),
         )
         if stored.nrows():
             return str(stored[0]["public_id"])
-        return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+        return _after_lost_race(fn, ns, actor, key, batch_hash or "", actor_key)
 
     if row["closed"]:
         raise ApiError(
@@ -387,17 +401,44 @@ def add(
             after.last_type,
             pinned_turns,
             pinned_chars,
+            actor_key,
         ),
     )
     if stored.nrows():
         if ahead is not None:
             db.execute(
-                _QUEUE_COMPACTION,
-                ("bigint", "text", "text", "bigint", "int"),
-                (ns.id, actor, sid, row["ref"], ahead),
+                _QUEUE_COMPACTION, _QUEUE_TYPES, (ns.id, actor, sid, row["ref"], ahead, actor_key)
             )
         return str(stored[0]["public_id"])
-    return _after_lost_race(fn, ns, actor, key, batch_hash or "")
+    return _after_lost_race(fn, ns, actor, key, batch_hash or "", actor_key)
+
+
+def _first(
+    namespace_name: str,
+    actor_id: str,
+    session_id: str | None,
+    idempotency_key: str | None,
+    actor_key: int,
+    ns_id: int,
+) -> Any:
+    """The general path's first statement: the namespace (only while its id is ``ns_id``, of
+    which ``actor_key`` is the actor's key), with an earlier event of the idempotency key and,
+    for a session, the session row locked; None when the namespace or the session is missing."""
+    if session_id is None:
+        return one(
+            db.execute(
+                _NAMESPACE_AND_KEY,
+                ("text", "text", "text", "bigint", "bigint"),
+                (namespace_name, actor_id, idempotency_key, actor_key, ns_id),
+            )
+        )
+    return one(
+        db.execute(
+            _LOCK_FOR_ADD,
+            ("text", "text", "text", "text", "bigint", "bigint"),
+            (namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id),
+        )
+    )
 
 
 def _fast_add(
@@ -437,6 +478,8 @@ def _fast_add(
     # Positions relative to the batch; _FAST_STORE applies the prefix only while the session's
     # turns so far all belong to it.
     offsets, running, last_user, pinned_turns, pinned_chars = _layout(checked, 0, True)
+    # The key of the namespace id of the row version _FAST_STORE requires.
+    actor_key = keys.actor_key(ns.id, actor)
     # A plain batch sends NULL for the columns its turns leave NULL (unnest pads a NULL array
     # with NULLs; meta is '{}').
     rest: tuple[Any, ...] = (None,) * 6
@@ -481,6 +524,8 @@ def _fast_add(
             [t.content for t in checked],
             [t.kind for t in checked],
             *rest,
+            actor_key,
+            ns.id,
         ),
     )
     if not stored.nrows():
@@ -489,9 +534,7 @@ def _fast_add(
     ahead = _ahead_budget(ns, done, int(done["total_chars"]))
     if ahead is not None:
         db.execute(
-            _QUEUE_COMPACTION,
-            ("bigint", "text", "text", "bigint", "int"),
-            (ns.id, actor, sid, done["ref"], ahead),
+            _QUEUE_COMPACTION, _QUEUE_TYPES, (ns.id, actor, sid, done["ref"], ahead, actor_key)
         )
     return str(done["public_id"])
 

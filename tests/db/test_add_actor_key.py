@@ -1,0 +1,135 @@
+"""``add`` writes every row by the actor's key (issue 15): each path (one statement, general,
+new session, idempotency key, no session, compaction task) inserts ``actor_key`` itself, and a
+backend whose remembered namespace id is stale (the name now belongs to another namespace) writes
+by the key of the namespace as it is now.
+
+The transitional fill of migration 0015 (a trigger, while modules are converted one by one) is
+dropped on event and turn here when it exists, so that a row without its key fails.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import APP_USER, Database
+
+NS = "keyed"
+ADD = "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s, NULL, %s)"
+# Rows whose key is not their (namespace, actor)'s. A turn with a wrong key fails its foreign key.
+WRONG_KEYS = """
+SELECT e.id, e.kind FROM aidb_memory.event e
+WHERE e.actor_key <> aidb_memory.actor_key(e.namespace_id, e.actor_id)
+"""
+
+
+def _turns(text: str) -> str:
+    return json.dumps([{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}])
+
+
+@pytest.fixture
+def keyed(db: Database) -> Database:
+    for table in ("event", "turn"):
+        db.sql(f"DROP TRIGGER IF EXISTS a_transition ON aidb_memory.{table}")
+    # A model, so that add may queue compaction tasks; extraction off: no event waits for it.
+    opts = {"model": "fake-chat", "base_url": "http://127.0.0.1:9", "max_retries": 0}
+    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
+    db.sql(
+        'SELECT aidb_memory.init(%s, \'{"llm": "chat"}\', \'{"extraction": false}\'::jsonb)',
+        (NS,),
+    )
+    return db
+
+
+def _add(
+    conn: psycopg.Connection[Any],
+    text: str,
+    session: str | None,
+    key: str | None = None,
+    actor: str = "alice",
+) -> str:
+    row = conn.execute(ADD, (NS, actor, _turns(text), session, key)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _namespace_id(db: Database) -> int:
+    return int(db.value("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)))
+
+
+def test_every_path_writes_the_actors_key(keyed: Database) -> None:
+    db = keyed
+    with db.connect(APP_USER) as conn:
+        _add(conn, "new session", "s")  # a backend's first add: namespace, session, lock, store
+        _add(conn, "one statement", "s")
+        first = _add(conn, "with a key", "s", key="k1")
+        assert _add(conn, "with a key", "s", key="k1") == first  # the retry finds it by key
+        _add(conn, "no session", None)
+        _add(conn, "no session, a key", None, key="k2")
+        _add(conn, "another actor", "s", actor="bob")
+    with db.connect(APP_USER) as conn:
+        _add(conn, "a new backend", "s")
+    # The session passes its ahead threshold: the next add queues a compaction task, once.
+    db.sql(
+        "INSERT INTO aidb_memory.compaction_ahead (actor_key, session_ref, read_budget, ahead_at) "
+        "SELECT actor_key, id, 1000, 0 FROM aidb_memory.session "
+        "WHERE session_id = 's' AND actor_id = 'alice'"
+    )
+    with db.connect(APP_USER) as conn:
+        _add(conn, "general path, queues", "s", key="k3")
+        _add(conn, "one statement, queued already", "s")
+    with db.connect(APP_USER) as conn:
+        _add(conn, "warm", "s")
+        db.sql("DELETE FROM aidb_memory.event WHERE kind = 'compaction'")
+        _add(conn, "one statement, queues", "s")
+    assert db.sql(WRONG_KEYS) == []
+    ns_id = _namespace_id(db)
+    keys = db.sql(
+        "SELECT DISTINCT e.actor_id, e.actor_key = aidb_memory.actor_key(%s, e.actor_id) "
+        "FROM aidb_memory.event e ORDER BY 1",
+        (ns_id,),
+    )
+    assert keys == [("alice", True), ("bob", True)]
+    assert db.value("SELECT count(*) FROM aidb_memory.event WHERE kind = 'compaction'") == 1
+    assert db.value("SELECT count(*) FROM aidb_memory.turn") == 2 * 9
+    assert (
+        db.value(
+            "SELECT count(*) FROM aidb_memory.turn t JOIN aidb_memory.session s "
+            "ON s.actor_key = t.actor_key AND s.id = t.session_ref"
+        )
+        == 2 * 9
+    )
+
+
+def test_a_namespace_made_again_under_its_name(keyed: Database) -> None:
+    """A backend that remembers the namespace's id (adding._known) while the name passes to a new
+    namespace: its next adds go to the new one, by the new key, on every path."""
+    db = keyed
+    old_id = _namespace_id(db)
+    with db.connect(APP_USER) as conn:
+        _add(conn, "first", "s")
+        _add(conn, "second", "s")
+        db.sql("UPDATE aidb_memory.namespace SET name = 'keyed_before' WHERE name = %s", (NS,))
+        db.sql("SELECT aidb_memory.init(%s, '{}'::jsonb, '{\"extraction\": false}'::jsonb)", (NS,))
+        new_id = _namespace_id(db)
+        assert new_id != old_id
+        _add(conn, "to the new namespace", "s")
+        _add(conn, "one statement again", "s")
+    with db.connect(APP_USER) as conn:
+        _add(conn, "warm, no session", None)
+        db.sql("UPDATE aidb_memory.namespace SET name = 'keyed_middle' WHERE name = %s", (NS,))
+        db.sql("SELECT aidb_memory.init(%s, '{}'::jsonb, '{\"extraction\": false}'::jsonb)", (NS,))
+        newest = _namespace_id(db)
+        _add(conn, "no session, a key", None, key="k")
+        _add(conn, "a key", "s", key="k2")
+    assert db.sql(WRONG_KEYS) == []
+    counts = db.sql(
+        "SELECT s.namespace_id, s.next_seq FROM aidb_memory.session s "
+        "WHERE s.actor_key = aidb_memory.actor_key(s.namespace_id, s.actor_id) ORDER BY 1"
+    )
+    assert counts == [(old_id, 5), (new_id, 5), (newest, 3)]
+    events = db.sql("SELECT namespace_id, count(*) FROM aidb_memory.event GROUP BY 1 ORDER BY 1")
+    assert events == [(old_id, 2), (new_id, 3), (newest, 2)]
