@@ -5,8 +5,7 @@ read, which imports ``sessions``, loads neither (docs/architecture.md, "Loading 
 One statement on the common path (_fast_add: _FAST_STORE), two on the general one: lock
 (namespace, session, key), then store (docs/architecture.md, "Why add costs one statement, or
 two"). Every statement is on one actor's rows, by its key (issue 15): keys.actor_key of the
-namespace id this backend knows (_known) or has just resolved, passed as a parameter, and each
-statement checks the namespace still has that id.
+namespace name and actor the call names, passed as a parameter.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND idempotency_key
 _NS_VERSION = "n.xmin::text AS ns_xmin, n.ctid::text AS ns_ctid"
 # The general path's first statement: the namespace, the session row locked (positions are
 # allocated under this lock, so they are gap-free), and an earlier event with this key. $5 is
-# the actor's key, computed from the namespace id $6, which the namespace must still have (else
-# no row: add resolves the namespace again).
+# the actor's key.
 _LOCK_FOR_ADD = f"""
 SELECT {NS_COLUMNS}, {_NS_VERSION},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
@@ -61,7 +59,7 @@ LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref =
 LEFT JOIN aidb_memory.event r
        ON $4::text IS NOT NULL AND r.actor_key = $5 AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $4
-WHERE n.name = $1 AND n.id = $6
+WHERE n.name = $1
   AND s.actor_key = $5 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
@@ -72,7 +70,7 @@ FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.event r
        ON $3::text IS NOT NULL AND r.actor_key = $4 AND r.namespace_id = n.id AND r.actor_id = $2
       AND r.idempotency_key = $3
-WHERE n.name = $1 AND n.id = $5
+WHERE n.name = $1
 """
 # The second statement: the event, the turns, the session's counters and tail. With an
 # idempotency key the event insert may meet a concurrent twin (committed after our snapshot);
@@ -252,8 +250,7 @@ def add(
     """Store a batch of turns (all or none) and record its event; returns the event id.
 
     One statement when the backend knows the namespace (_fast_add), else two: lock
-    (namespace, session, key), then store; before them, on the backend's first add to the
-    namespace, one that resolves its id (whose actor key every statement reads by).
+    (namespace, session, key), then store.
     """
     fn = "add"
     if namespace_name is None:
@@ -266,24 +263,10 @@ def add(
         done = _fast_add(fn, namespace_name, actor_id, turns_json, session_id, agent_id)
         if done is not None:
             return done
-    # The actor's key, of the namespace id this backend knows, else of the namespace as it is now
-    # (one more statement, on a backend's first add to the namespace). The first statement reads
-    # only while the namespace has that id.
-    cached = _known.get(namespace_name)
-    resolved = None
-    if cached is not None:
-        ns_id = int(cached["id"])
-    else:
-        resolved = namespace(fn, namespace_name, actor_id, writing=True)
-        ns_id = resolved[0].id
-    actor_key = keys.actor_key(ns_id, actor_id)
-    row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id)
-    if row is None:  # a new session, no such namespace, or its id is not the one we knew
-        if resolved is None:
-            resolved = namespace(fn, namespace_name, actor_id, writing=True)
-        ns, actor = resolved
-        if ns.id != ns_id:  # the namespace was dropped and made again since we read it
-            ns_id, actor_key = ns.id, keys.actor_key(ns.id, actor)
+    actor_key = keys.actor_key(namespace_name, actor_id)
+    row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key)
+    if row is None:  # a new session, or no such namespace
+        ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
         if session_id is not None:
             sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
             assert sid is not None
@@ -292,8 +275,7 @@ def add(
                 fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
             )
             create_session(ns, actor, sid, agent)
-        row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id)
-    # The row is of namespace id ns_id (the statement checks it), actor_key that id's.
+        row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key)
     ns, actor = check_namespace(fn, namespace_name, row, actor_id, writing=True)
     if len(_known) >= _KNOWN_MAX:
         _known.clear()
@@ -419,24 +401,23 @@ def _first(
     session_id: str | None,
     idempotency_key: str | None,
     actor_key: int,
-    ns_id: int,
 ) -> Any:
-    """The general path's first statement: the namespace (only while its id is ``ns_id``, of
-    which ``actor_key`` is the actor's key), with an earlier event of the idempotency key and,
-    for a session, the session row locked; None when the namespace or the session is missing."""
+    """The general path's first statement: the namespace, with an earlier event of the
+    idempotency key and, for a session, the session row locked; None when the namespace or the
+    session is missing."""
     if session_id is None:
         return one(
             db.execute(
                 _NAMESPACE_AND_KEY,
-                ("text", "text", "text", "bigint", "bigint"),
-                (namespace_name, actor_id, idempotency_key, actor_key, ns_id),
+                ("text", "text", "text", "bigint"),
+                (namespace_name, actor_id, idempotency_key, actor_key),
             )
         )
     return one(
         db.execute(
             _LOCK_FOR_ADD,
-            ("text", "text", "text", "text", "bigint", "bigint"),
-            (namespace_name, actor_id, session_id, idempotency_key, actor_key, ns_id),
+            ("text", "text", "text", "text", "bigint"),
+            (namespace_name, actor_id, session_id, idempotency_key, actor_key),
         )
     )
 
@@ -478,8 +459,7 @@ def _fast_add(
     # Positions relative to the batch; _FAST_STORE applies the prefix only while the session's
     # turns so far all belong to it.
     offsets, running, last_user, pinned_turns, pinned_chars = _layout(checked, 0, True)
-    # The key of the namespace id of the row version _FAST_STORE requires.
-    actor_key = keys.actor_key(ns.id, actor)
+    actor_key = keys.actor_key(namespace_name, actor)
     # A plain batch sends NULL for the columns its turns leave NULL (unnest pads a NULL array
     # with NULLs; meta is '{}').
     rest: tuple[Any, ...] = (None,) * 6

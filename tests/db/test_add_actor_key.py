@@ -1,7 +1,6 @@
 """``add`` writes every row by the actor's key (issue 15): each path (one statement, general,
 new session, idempotency key, no session, compaction task) inserts ``actor_key`` itself, and a
-backend whose remembered namespace id is stale (the name now belongs to another namespace) writes
-by the key of the namespace as it is now.
+backend that remembers a namespace dropped and made again under its name writes to the new one.
 
 The transitional fill of migration 0015 (a trigger, while modules are converted one by one) is
 dropped on event and turn here when it exists, so that a row without its key fails.
@@ -21,8 +20,8 @@ NS = "keyed"
 ADD = "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s, NULL, %s)"
 # Rows whose key is not their (namespace, actor)'s. A turn with a wrong key fails its foreign key.
 WRONG_KEYS = """
-SELECT e.id, e.kind FROM aidb_memory.event e
-WHERE e.actor_key <> aidb_memory.actor_key(e.namespace_id, e.actor_id)
+SELECT e.id, e.kind FROM aidb_memory.event e JOIN aidb_memory.namespace n ON n.id = e.namespace_id
+WHERE e.actor_key <> aidb_memory.actor_key(n.name, e.actor_id)
 """
 
 
@@ -86,11 +85,10 @@ def test_every_path_writes_the_actors_key(keyed: Database) -> None:
         db.sql("DELETE FROM aidb_memory.event WHERE kind = 'compaction'")
         _add(conn, "one statement, queues", "s")
     assert db.sql(WRONG_KEYS) == []
-    ns_id = _namespace_id(db)
     keys = db.sql(
         "SELECT DISTINCT e.actor_id, e.actor_key = aidb_memory.actor_key(%s, e.actor_id) "
         "FROM aidb_memory.event e ORDER BY 1",
-        (ns_id,),
+        (NS,),
     )
     assert keys == [("alice", True), ("bob", True)]
     assert db.value("SELECT count(*) FROM aidb_memory.event WHERE kind = 'compaction'") == 1
@@ -105,31 +103,23 @@ def test_every_path_writes_the_actors_key(keyed: Database) -> None:
 
 
 def test_a_namespace_made_again_under_its_name(keyed: Database) -> None:
-    """A backend that remembers the namespace's id (adding._known) while the name passes to a new
-    namespace: its next adds go to the new one, by the new key, on every path."""
+    """A backend that remembers the namespace (adding._known) while it is dropped and made again
+    under its name: its next adds go to the new one, on every path."""
     db = keyed
     old_id = _namespace_id(db)
     with db.connect(APP_USER) as conn:
         _add(conn, "first", "s")
         _add(conn, "second", "s")
-        db.sql("UPDATE aidb_memory.namespace SET name = 'keyed_before' WHERE name = %s", (NS,))
+        db.sql("SELECT aidb_memory.namespace_drop(%s, 'test')", (NS,))
         db.sql("SELECT aidb_memory.init(%s, '{}'::jsonb, '{\"extraction\": false}'::jsonb)", (NS,))
         new_id = _namespace_id(db)
         assert new_id != old_id
         _add(conn, "to the new namespace", "s")
         _add(conn, "one statement again", "s")
-    with db.connect(APP_USER) as conn:
-        _add(conn, "warm, no session", None)
-        db.sql("UPDATE aidb_memory.namespace SET name = 'keyed_middle' WHERE name = %s", (NS,))
-        db.sql("SELECT aidb_memory.init(%s, '{}'::jsonb, '{\"extraction\": false}'::jsonb)", (NS,))
-        newest = _namespace_id(db)
         _add(conn, "no session, a key", None, key="k")
         _add(conn, "a key", "s", key="k2")
     assert db.sql(WRONG_KEYS) == []
-    counts = db.sql(
-        "SELECT s.namespace_id, s.next_seq FROM aidb_memory.session s "
-        "WHERE s.actor_key = aidb_memory.actor_key(s.namespace_id, s.actor_id) ORDER BY 1"
-    )
-    assert counts == [(old_id, 5), (new_id, 5), (newest, 3)]
+    counts = db.sql("SELECT s.namespace_id, s.next_seq FROM aidb_memory.session s ORDER BY 1")
+    assert counts == [(new_id, 7)]
     events = db.sql("SELECT namespace_id, count(*) FROM aidb_memory.event GROUP BY 1 ORDER BY 1")
-    assert events == [(old_id, 2), (new_id, 3), (newest, 2)]
+    assert events == [(new_id, 4)]
