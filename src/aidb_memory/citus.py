@@ -132,7 +132,7 @@ SELECT c.relname::text,
                WHERE k.conrelid = c.oid AND k.contype = 'p')
        OR c.relreplident = 'i'
 FROM pg_catalog.pg_class c
-WHERE c.relnamespace = %(schema)s::regnamespace AND c.relkind IN ('r', 'p')
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid AND c.relkind IN ('r', 'p')
 ORDER BY 1
 """
 _COLUMNS = """
@@ -140,7 +140,7 @@ SELECT c.relname::text, a.attname::text, a.attnum, pg_catalog.format_type(a.attt
        a.attnotnull, a.attidentity::text, a.attgenerated::text
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
-WHERE c.relnamespace = %(schema)s::regnamespace AND c.relkind IN ('r', 'p')
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid AND c.relkind IN ('r', 'p')
   AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 1, 3
 """
@@ -153,7 +153,8 @@ SELECT c.relname::text, i.relname::text,
 FROM pg_catalog.pg_index x
 JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
 JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
-WHERE c.relnamespace = %(schema)s::regnamespace AND (x.indisunique OR x.indisexclusion)
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid
+  AND (x.indisunique OR x.indisexclusion)
 ORDER BY 1, 2
 """
 _FOREIGN_KEYS = """
@@ -163,21 +164,21 @@ SELECT c.relname::text, k.conname::text, f.relname::text,
 FROM pg_catalog.pg_constraint k
 JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
 JOIN pg_catalog.pg_class f ON f.oid = k.confrelid
-WHERE k.contype = 'f' AND c.relnamespace = %(schema)s::regnamespace
+WHERE k.contype = 'f' AND c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid
 ORDER BY 1, 2
 """
 _TRIGGERS = """
 SELECT c.relname::text, t.tgname::text, (t.tgtype::int & 1) = 1
 FROM pg_catalog.pg_trigger t
 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
-WHERE c.relnamespace = %(schema)s::regnamespace AND NOT t.tgisinternal
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid AND NOT t.tgisinternal
 ORDER BY 1, 2
 """
 _SEQUENCES = """
 SELECT c.relname::text, pg_catalog.format_type(s.seqtypid, NULL)
 FROM pg_catalog.pg_sequence s
 JOIN pg_catalog.pg_class c ON c.oid = s.seqrelid
-WHERE c.relnamespace = %(schema)s::regnamespace
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid
 ORDER BY 1
 """
 
@@ -426,7 +427,7 @@ SELECT c.relname::text, p.partmethod::text, p.repmodel::text,
             ELSE pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END
 FROM pg_catalog.pg_dist_partition p
 JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid
-WHERE c.relnamespace = %(schema)s::regnamespace
+WHERE c.relnamespace = pg_catalog.to_regnamespace(%(schema)s)::oid
 """
 
 NO_CITUS = (
