@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from aidb_memory import catalog
 from aidb_memory.connection import CliError
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -593,7 +594,27 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
             conn.execute(line.encode())
         if steps.add:
             say(f"citus: {len(steps.add)} foreign keys added again (Citus checked each)")
+        # What verify compares with, as the install recorded it, now with what Citus added
+        # (an internal trigger per table): the install just checked that nothing else changed.
+        for line in record():
+            conn.execute(line.encode())
     return steps.sql()
+
+
+def record() -> list[str]:
+    """Re-record the catalog the install recorded (``catalog_code``, ``catalog_schema``,
+    ``catalog_fingerprint``), so that ``verify`` compares with the distributed tables."""
+    settings = f"{SCHEMA}.runtime_settings"
+    out = [
+        f"UPDATE {settings} SET value = ({catalog.lines_query(part)}), updated_at = now() "
+        f"WHERE key OPERATOR(pg_catalog.=) '{key}'"
+        for part, key in ((catalog.CODE, "catalog_code"), (catalog.SCHEMA_PART, "catalog_schema"))
+    ]
+    out.append(
+        f"UPDATE {settings} SET value = {SCHEMA}.catalog_fingerprint(), updated_at = now() "
+        "WHERE key OPERATOR(pg_catalog.=) 'catalog_fingerprint'"
+    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
