@@ -23,12 +23,10 @@ from aidb_memory.connection import CliError
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import Database, run_cli
 
-# Rules the schema of migration 0015 still breaks; each needs a migration (reported with issue 15).
+# Rules the schema still breaks; each needs a change of the schema (reported with issue 15).
 # strict: once the schema follows the rule, the test fails until the mark goes.
 KNOWN = {
     "unique_has_key": "summary_start_idx is UNIQUE (session_ref, from_seq), without actor_key",
-    "fk_actions": "turn, memory and memory_history use ON DELETE SET NULL (col) on a foreign key "
-    "that includes actor_key, which Citus refuses (citusdata/citus#7132)",
     "row_triggers_only": "compaction_locks_removed, memory_words_added and memory_words_removed "
     "are statement triggers (transition tables) that write other per-actor tables",
 }
