@@ -11,6 +11,8 @@ refused on a database without the citus extension.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -372,3 +374,23 @@ def test_install_citus_dry_run_prints_the_statements(empty_db: Database) -> None
     would = [ln.removeprefix("citus: would run: ") for ln in lines if "would run" in ln]
     assert would == [s.sql for s in citus.statements()]
     assert empty_db.value("SELECT to_regnamespace('aidb_memory') IS NULL") is True
+
+
+def test_module_prints_the_statements_and_checks_a_database(db: Database) -> None:
+    def module(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "aidb_memory.citus", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    printed = module("statements")
+    assert printed.returncode == 0
+    assert printed.stdout.splitlines() == [s.sql + ";" for s in citus.statements()]
+    checked = module("check", db.dsn())
+    cat = _catalog(db)
+    problems = citus.classification(cat) + citus.violations(cat)
+    assert checked.returncode == (1 if problems else 0), checked.stderr
+    assert checked.stdout.splitlines() == problems
