@@ -66,6 +66,7 @@ def cmd_install(args: argparse.Namespace) -> int:
             say=_say,
             dry_run=args.dry_run,
             accept_existing_roles=args.accept_existing_roles,
+            citus=args.citus,
         )
     return 0
 
@@ -303,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
         "install", parents=[common, accept], help="install, or upgrade to this version"
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
+    p.add_argument(
+        "--citus",
+        action="store_true",
+        help="then distribute the tables over Citus (on its coordinator; docs/scaling.md)",
+    )
     p.set_defaults(func=cmd_install)
     p = sub.add_parser("status", parents=[common], help="installed version, migrations, drift")
     p.add_argument("--json", action="store_true", help="machine-readable output")

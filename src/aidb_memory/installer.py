@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from aidb_memory import __version__, catalog, trust
+from aidb_memory import citus as citus_layer
 from aidb_memory.codebundle import CodeBundle, load_bundle
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
 from aidb_memory.migrations import Migration, load_migrations
@@ -230,18 +231,25 @@ def install(
     say: Callable[[str], None],
     dry_run: bool = False,
     accept_existing_roles: bool = False,
+    citus: bool = False,
 ) -> None:
     """Install or upgrade in one transaction; ``say`` receives one line per thing done.
 
     Refuses (:class:`CliError`, ``aidb-memory: install refused: ...``) a schema or roles that
     :mod:`aidb_memory.trust` does not trust; the roles are only warned about with
-    ``accept_existing_roles``."""
+    ``accept_existing_roles``. With ``citus``, a database without the citus extension is refused
+    before anything is done, and after the install every table not distributed yet is
+    distributed (:func:`aidb_memory.citus.distribute`, in a transaction of its own)."""
     _require_no_transaction(conn, "install")
     pin_search_path(conn)
     preflight(conn)
+    if citus and not dry_run:
+        citus_layer.require(conn)
     if dry_run:
         _dry_run(conn, package, say, accept_existing_roles)
         conn.rollback()
+        if citus:
+            citus_layer.distribute(conn, say=say, dry_run=True)
         return
     # The checks above opened a read-only transaction; the install must be a transaction of its
     # own (not a savepoint in the caller's), so that its lock and its changes end together.
@@ -271,6 +279,8 @@ def install(
                     ) from e
     finally:
         conn.remove_notice_handler(on_notice)
+    if citus:
+        citus_layer.distribute(conn, say=say)
 
 
 def _dry_run(
