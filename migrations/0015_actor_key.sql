@@ -168,6 +168,8 @@ ALTER TABLE aidb_memory.summary DROP CONSTRAINT summary_pkey;
 ALTER TABLE aidb_memory.summary ADD CONSTRAINT summary_pkey PRIMARY KEY (actor_key, id);
 DROP INDEX aidb_memory.summary_session_idx;
 CREATE INDEX summary_session_idx ON aidb_memory.summary (actor_key, session_ref, to_seq);
+DROP INDEX aidb_memory.summary_start_idx;
+CREATE UNIQUE INDEX summary_start_idx ON aidb_memory.summary (actor_key, session_ref, from_seq);
 
 ALTER TABLE aidb_memory.memory DROP CONSTRAINT memory_pkey;
 ALTER TABLE aidb_memory.memory ADD CONSTRAINT memory_pkey PRIMARY KEY (actor_key, id);
