@@ -431,7 +431,7 @@ def events_retry(namespace: str | None, actor_id: str | None, failed_since: str 
         retried = db.execute(
             _RETRY_FAILED_OF_ACTOR,
             ("bigint", "bigint", "text", "timestamptz"),
-            (keys.actor_key(ns_id, actor_id), ns_id, actor_id, failed_since),
+            (keys.actor_key(namespace, actor_id), ns_id, actor_id, failed_since),
         )
     return int(retried[0]["n"])
 
@@ -458,7 +458,7 @@ def status(namespace_name: str | None, actor_id: str | None, event_id: str | Non
     rows = db.execute(
         _STATUS,
         ("bigint", "bigint", "text", "uuid"),
-        (keys.actor_key(ns.id, actor), ns.id, actor, event_id),
+        (keys.actor_key(ns.name, actor), ns.id, actor, event_id),
     )
     if not rows.nrows():
         return None

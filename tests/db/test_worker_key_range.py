@@ -42,12 +42,7 @@ def ns(db: Database, fake: FakeOpenAI) -> None:
 
 
 def _key(db: Database, actor: str) -> int:
-    return int(
-        db.value(
-            "SELECT aidb_memory.actor_key(n.id, %s) FROM aidb_memory.namespace n WHERE n.name = %s",
-            (actor, NS),
-        )
-    )
+    return int(db.value("SELECT aidb_memory.actor_key(%s, %s)", (NS, actor)))
 
 
 def _actors(db: Database, per_range: int = 3) -> dict[str, int]:
