@@ -1,22 +1,42 @@
 -- The extraction worker (SPEC §5): a queue of events worked by any number of workers.
 
--- Until 0.x the claim had no max_attempts and took over a lapsed lease forever.
+-- Until 0.x the claim had no max_attempts and took over a lapsed lease forever. Until issue 15
+-- it returned the event's id alone, which the calls after it took: an event is now known by
+-- (actor_key, id), its primary key, and a claim may be limited to a range of keys. Each function
+-- granted to a role is two (codebundle.BODY_SUFFIX): the body <name>_py goes with it.
 DROP FUNCTION IF EXISTS aidb_memory.event_claim(integer);
-CREATE OR REPLACE FUNCTION aidb_memory.event_claim(lease_s integer, max_attempts integer)
-RETURNS bigint
+DROP FUNCTION IF EXISTS aidb_memory.event_claim(integer, integer);
+DROP FUNCTION IF EXISTS aidb_memory.event_claim_py(integer, integer);
+DROP FUNCTION IF EXISTS aidb_memory.event_process(bigint, integer, real);
+DROP FUNCTION IF EXISTS aidb_memory.event_process_py(bigint, integer, real);
+DROP FUNCTION IF EXISTS aidb_memory.event_error(bigint, integer, real, text);
+DROP FUNCTION IF EXISTS aidb_memory.event_error_py(bigint, integer, real, text);
+DROP FUNCTION IF EXISTS aidb_memory.event_interrupted(bigint, integer, real, text);
+DROP FUNCTION IF EXISTS aidb_memory.event_interrupted_py(bigint, integer, real, text);
+
+CREATE OR REPLACE FUNCTION aidb_memory.event_claim(
+    lease_s integer,
+    max_attempts integer,
+    key_min bigint DEFAULT NULL,
+    key_max bigint DEFAULT NULL
+)
+RETURNS TABLE (actor_key bigint, event_id bigint, kind text)
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.event_claim $py$;
-COMMENT ON FUNCTION aidb_memory.event_claim(integer, integer) IS
+COMMENT ON FUNCTION aidb_memory.event_claim(integer, integer, bigint, bigint) IS
 'Internal (process_events): claims the oldest claimable event (accepted and due, or processing '
-'with a lapsed lease; compaction tasks before extraction events) with FOR UPDATE SKIP LOCKED, for lease_s seconds, counting the attempt; '
-'its id, or NULL. An event with max_attempts attempts made is marked failed instead (a lapsed '
-'lease: "attempt N ended without a result").';
+'with a lapsed lease; compaction tasks before extraction events) with FOR UPDATE SKIP LOCKED, '
+'for lease_s seconds, counting the attempt; with key_min and key_max (inclusive, both or '
+'neither), only among events whose actor_key is in that range. Returns the event''s actor_key, '
+'internal id and kind, or no row. An event with max_attempts attempts made is marked failed '
+'instead (a lapsed lease: "attempt N ended without a result").';
 
 CREATE OR REPLACE FUNCTION aidb_memory.event_process(
+    actor_key bigint,
     event_id bigint,
     max_attempts integer,
     backoff_s real
@@ -28,14 +48,15 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.event_process $py$;
-COMMENT ON FUNCTION aidb_memory.event_process(bigint, integer, real) IS
-'Internal (process_events): works one claimed event: the extraction call, then reconciliation '
-'under a per-(namespace, actor) lock; or, for a compaction task, the session''s next summary as '
-'a read would write it (skipped: dropped without a model call, nothing was due). Returns '
-'processed, skipped, retry (failed, due again after backoff), failed (after max_attempts) or lost '
-'(another worker holds it).';
+COMMENT ON FUNCTION aidb_memory.event_process(bigint, bigint, integer, real) IS
+'Internal (process_events): works one claimed event, known by its actor_key and internal id: '
+'the extraction call, then reconciliation under a per-(namespace, actor) lock; or, for a '
+'compaction task, the session''s next summary as a read would write it (skipped: dropped '
+'without a model call, nothing was due). Returns processed, skipped, retry (failed, due again '
+'after backoff), failed (after max_attempts) or lost (another worker holds it).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.event_error(
+    actor_key bigint,
     event_id bigint,
     max_attempts integer,
     backoff_s real,
@@ -48,11 +69,12 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.event_error $py$;
-COMMENT ON FUNCTION aidb_memory.event_error(bigint, integer, real, text) IS
+COMMENT ON FUNCTION aidb_memory.event_error(bigint, bigint, integer, real, text) IS
 'Internal (process_events): records an attempt that ended in an unexpected error, as a retry or, '
 'after max_attempts, a failure.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.event_interrupted(
+    actor_key bigint,
     event_id bigint,
     max_attempts integer,
     backoff_s real,
@@ -65,7 +87,7 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ eventqueue.event_interrupted $py$;
-COMMENT ON FUNCTION aidb_memory.event_interrupted(bigint, integer, real, text) IS
+COMMENT ON FUNCTION aidb_memory.event_interrupted(bigint, bigint, integer, real, text) IS
 'Internal (process_events): records an attempt ended by a cancel (57014: statement_timeout, '
 'pg_cancel_backend) as a retry after backoff or, after max_attempts, a failure.';
 
@@ -89,9 +111,13 @@ COMMENT ON FUNCTION aidb_memory.event_remaining() IS
 -- and so does the statement after every COMMIT (a local setting ends with its transaction);
 -- nothing is evaluated before the pin, and variables have schema-qualified types (plpgsql
 -- resolves them when it compiles the body). The codebundle lint enforces all three.
--- by_kind (issue 13) came after retried: the older signature cannot be replaced in place.
+-- by_kind (issue 13) came after retried, and key_min and key_max (issue 15) after by_kind (a
+-- call that passes the earlier arguments by position means what it meant): an older signature
+-- cannot be replaced in place.
 DROP PROCEDURE IF EXISTS aidb_memory.process_events(
     integer, integer, integer, real, integer, integer, integer);
+DROP PROCEDURE IF EXISTS aidb_memory.process_events(
+    integer, integer, integer, real, integer, integer, integer, jsonb);
 CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     max_events integer DEFAULT 100,
     lease_s integer DEFAULT 300,
@@ -100,11 +126,14 @@ CREATE OR REPLACE PROCEDURE aidb_memory.process_events(
     INOUT processed integer DEFAULT NULL,
     INOUT failed integer DEFAULT NULL,
     INOUT retried integer DEFAULT NULL,
-    INOUT by_kind jsonb DEFAULT NULL
+    INOUT by_kind jsonb DEFAULT NULL,
+    key_min bigint DEFAULT NULL,
+    key_max bigint DEFAULT NULL
 )
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    claimed_key pg_catalog.int8;
     claimed pg_catalog.int8;
     outcome pg_catalog.text;
     cancelled pg_catalog.text;
@@ -128,14 +157,16 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     FOR i IN 1..max_events LOOP
-        claimed := aidb_memory.event_claim(lease_s, max_attempts);
+        -- No row: nothing claimable (in the key range, when one is given); all three NULL.
+        SELECT c.actor_key, c.event_id, c.kind INTO claimed_key, claimed, task_kind
+        FROM aidb_memory.event_claim(lease_s, max_attempts, key_min, key_max) AS c;
         EXIT WHEN claimed IS NULL;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        SELECT e.kind INTO task_kind FROM aidb_memory.events AS e WHERE e.event_id = claimed;
         cancelled := NULL;
         BEGIN
-            outcome := aidb_memory.event_process(claimed, max_attempts, backoff_s);
+            outcome := aidb_memory.event_process(
+                claimed_key, claimed, max_attempts, backoff_s);
         EXCEPTION
             WHEN query_canceled THEN
                 -- statement_timeout or pg_cancel_backend: the attempt counts (after COMMIT,
@@ -148,11 +179,13 @@ BEGIN
             WHEN admin_shutdown OR invalid_parameter_value THEN
                 RAISE;
             WHEN OTHERS THEN
-                outcome := aidb_memory.event_error(claimed, max_attempts, backoff_s, SQLERRM);
+                outcome := aidb_memory.event_error(
+                    claimed_key, claimed, max_attempts, backoff_s, SQLERRM);
         END;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF cancelled IS NOT NULL THEN
-            PERFORM aidb_memory.event_interrupted(claimed, max_attempts, backoff_s, cancelled);
+            PERFORM aidb_memory.event_interrupted(
+                claimed_key, claimed, max_attempts, backoff_s, cancelled);
             COMMIT;
             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
             RAISE EXCEPTION USING ERRCODE = 'query_canceled',
@@ -190,15 +223,17 @@ BEGIN
             'failed', task_failed, 'retried', task_retried));
 END
 $$;
-COMMENT ON PROCEDURE aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer, jsonb) IS
+COMMENT ON PROCEDURE aidb_memory.process_events(
+    integer, integer, integer, real, integer, integer, integer, jsonb, bigint, bigint) IS
 'The worker (aidb_workers): claims up to max_events events one at a time (FOR UPDATE SKIP '
 'LOCKED, with a lease of lease_s seconds; compaction tasks first), works each in its own '
 'transaction (an extraction event: extract and reconcile; a compaction task: the session''s next '
 'summary, written ahead of its reads), retries a failed one after backoff_s doubling per '
 'attempt, and marks it failed after max_attempts. Returns how many were processed (or skipped), '
 'failed and retried, and by_kind: {"extraction": {processed, failed, retried}, "compaction": '
-'{summarized, dropped, failed, retried}}. Safe to run from several sessions at once, and from '
-'pg_cron.';
+'{summarized, dropped, failed, retried}}. With key_min and key_max (inclusive, both or '
+'neither), only events whose actor_key is in that range: workers with disjoint ranges split the '
+'queue. Safe to run from several sessions at once, and from pg_cron.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.status(namespace text, actor_id text, event_id uuid)
 RETURNS jsonb

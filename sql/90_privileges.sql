@@ -58,13 +58,14 @@ GRANT SELECT ON aidb_memory.events TO aidb_workers;
 -- queue functions as its caller. The status of an event is the application's.
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_admins, aidb_workers;
 GRANT EXECUTE ON PROCEDURE
-    aidb_memory.process_events(integer, integer, integer, real, integer, integer, integer, jsonb)
+    aidb_memory.process_events(
+        integer, integer, integer, real, integer, integer, integer, jsonb, bigint, bigint)
 TO aidb_workers;
 GRANT EXECUTE ON FUNCTION
-    aidb_memory.event_claim(integer, integer),
-    aidb_memory.event_process(bigint, integer, real),
-    aidb_memory.event_error(bigint, integer, real, text),
-    aidb_memory.event_interrupted(bigint, integer, real, text),
+    aidb_memory.event_claim(integer, integer, bigint, bigint),
+    aidb_memory.event_process(bigint, bigint, integer, real),
+    aidb_memory.event_error(bigint, bigint, integer, real, text),
+    aidb_memory.event_interrupted(bigint, bigint, integer, real, text),
     aidb_memory.event_remaining()
 TO aidb_workers;
 GRANT EXECUTE ON FUNCTION aidb_memory.status(text, text, uuid) TO aidb_users;

@@ -15,6 +15,12 @@ counts: the claim takes over a lapsed lease only while attempts are left, and ot
 the event ``failed`` saying so. Without that, an event that crashes its backend would restart the
 cluster once per lease, forever. A cancelled attempt (57014, e.g. statement_timeout) is recorded
 at once by ``process_events`` (:func:`event_interrupted`), with the same backoff as any failure.
+
+An event is known by its actor_key and id (its primary key, issue 15): the claim returns both
+and every later step looks the event up by both, so that each touches the one actor's rows. A
+worker may be given a range of keys (``process_events(key_min => .., key_max => ..)``): it then
+claims only events whose actor_key is in it, and workers with disjoint ranges share the queue
+without scanning one another's events; without a range a claim looks at every key.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from aidb_memory_server import (
     db,
     endpoints,
     extraction,
+    keys,
     llm,
     reconciliation,
     sessions,
@@ -41,20 +48,42 @@ BACKOFF_MAX_S = 3600.0
 ERROR_CHARS = 500
 
 # The oldest claimable event: accepted and due, or processing with a lapsed lease (its attempt
-# ended without a result). SKIP LOCKED: several workers never take the same event.
+# ended without a result). SKIP LOCKED: several workers never take the same event. Compaction
+# tasks first (issue 13): a read is about to need their summary, while extraction has no one
+# waiting for it. Each claim has two forms: over every key (the default), and over the key range
+# a worker was given (issue 15: one worker per node or shard never scans the others' events).
+_CANDIDATE_COMPACTION = """
+-- spans actors: queue claim without a key range
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE q.kind = 'compaction'
+  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+       OR (q.status = 'processing' AND q.lease_until < now()))
+ORDER BY q.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
 _CANDIDATE = """
-SELECT q.id, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+-- spans actors: queue claim without a key range
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
 WHERE (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
    OR (q.status = 'processing' AND q.lease_until < now())
 ORDER BY q.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 """
-# Compaction tasks first (issue 13): a read is about to need their summary, while extraction
-# has no one waiting for it. The same rule otherwise.
-_CANDIDATE_COMPACTION = """
-SELECT q.id, q.status, q.attempts, q.last_error FROM aidb_memory.event q
-WHERE q.kind = 'compaction'
+_CANDIDATE_COMPACTION_IN_RANGE = """
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE q.actor_key BETWEEN $1 AND $2
+  AND q.kind = 'compaction'
+  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+       OR (q.status = 'processing' AND q.lease_until < now()))
+ORDER BY q.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+_CANDIDATE_IN_RANGE = """
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE q.actor_key BETWEEN $1 AND $2
   AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
        OR (q.status = 'processing' AND q.lease_until < now()))
 ORDER BY q.id
@@ -64,54 +93,63 @@ FOR UPDATE SKIP LOCKED
 # The claim is an attempt: counted here and committed by process_events before the work.
 _CLAIM = """
 UPDATE aidb_memory.event
-SET status = 'processing', attempts = attempts + 1, last_error = COALESCE($3, last_error),
-    lease_until = now() + make_interval(secs => $2)
-WHERE id = $1
+SET status = 'processing', attempts = attempts + 1, last_error = COALESCE($4, last_error),
+    lease_until = now() + make_interval(secs => $3)
+WHERE actor_key = $1 AND id = $2
 """
 # The event, locked for the whole attempt, with its namespace. FOR UPDATE waits rather than
 # skips: another worker's claim may hold the row for an instant (it locked the row version it
 # saw before finding it no longer claimable); a worker that took over after a lapsed lease holds
-# it for its whole attempt, and then the status is no longer 'processing'.
+# it for its whole attempt, and then the status is no longer 'processing'. actor_key is in the
+# row: reconciliation.apply writes the actor's memories under it.
 _EVENT = """
-SELECT e.id, e.namespace_id, e.actor_id, e.agent_id, e.session_id, e.turns::text AS turns,
-       e.attempts, n.config::text AS config, n.model_spec::text AS model_spec,
-       e.kind, e.session_ref, e.budget
+SELECT e.actor_key, e.id, e.namespace_id, e.actor_id, e.agent_id, e.session_id,
+       e.turns::text AS turns, e.attempts, n.config::text AS config,
+       n.model_spec::text AS model_spec, e.kind, e.session_ref, e.budget
 FROM aidb_memory.event e
 JOIN aidb_memory.namespace n ON n.id = e.namespace_id
-WHERE e.id = $1 AND e.status = 'processing'
+WHERE e.actor_key = $1 AND e.id = $2 AND e.status = 'processing'
 FOR UPDATE OF e
 """
 _TURNS = """
 SELECT role, content FROM aidb_memory.turn
-WHERE event_ref = $1 ORDER BY session_ref, seq
+WHERE actor_key = $1 AND event_ref = $2 ORDER BY session_ref, seq
 """
 _DONE = """
 UPDATE aidb_memory.event
-SET status = $2, result = $3::jsonb, last_error = NULL, lease_until = NULL,
+SET status = $3, result = $4::jsonb, last_error = NULL, lease_until = NULL,
     next_attempt_at = NULL, processed_at = now()
-WHERE id = $1
+WHERE actor_key = $1 AND id = $2
 """
 _RETRY = """
 UPDATE aidb_memory.event
-SET status = 'accepted', last_error = $2, lease_until = NULL,
-    next_attempt_at = clock_timestamp() + make_interval(secs => $3)
-WHERE id = $1
+SET status = 'accepted', last_error = $3, lease_until = NULL,
+    next_attempt_at = clock_timestamp() + make_interval(secs => $4)
+WHERE actor_key = $1 AND id = $2
 """
 # No attempt left: failed, with why. The clock, not the transaction start, is when it failed.
 _FAILED = """
 UPDATE aidb_memory.event
-SET status = 'failed', last_error = $2, lease_until = NULL, next_attempt_at = NULL,
+SET status = 'failed', last_error = $3, lease_until = NULL, next_attempt_at = NULL,
     processed_at = clock_timestamp()
-WHERE id = $1
+WHERE actor_key = $1 AND id = $2
 """
 _REMAINING = """
+-- spans actors: the queue's backlog over every key (monitoring)
 SELECT count(*) AS n FROM aidb_memory.event
 WHERE status = 'accepted' OR (status = 'processing' AND lease_until < now())
 """
 
 
-def event_claim(lease_s: int | None, max_attempts: int | None) -> int | None:
-    """Claim the oldest claimable event for ``lease_s`` seconds; its id, or NULL if none.
+def event_claim(
+    lease_s: int | None,
+    max_attempts: int | None,
+    key_min: int | None = None,
+    key_max: int | None = None,
+) -> list[dict[str, Any]]:
+    """Claim the oldest claimable event for ``lease_s`` seconds: one row (actor_key, event_id,
+    kind), or none. With ``key_min`` and ``key_max`` (inclusive; both or neither), only an event
+    whose actor_key is in that range.
 
     An event with no attempt left (its last attempt ended without a result, or an earlier run
     allowed more attempts) is marked failed instead, and the next one is looked at."""
@@ -119,22 +157,40 @@ def event_claim(lease_s: int | None, max_attempts: int | None) -> int | None:
     if not 1 <= lease <= 86_400:
         raise invalid("process_events", "lease_s", "must be between 1 and 86400")
     limit, _ = _retry_policy(max_attempts, None)
+    if key_min is None and key_max is None:
+        first, then = _CANDIDATE_COMPACTION, _CANDIDATE
+        types: tuple[str, ...] = ()
+        args: tuple[int, ...] = ()
+    elif key_min is None or key_max is None:
+        raise invalid(
+            "process_events",
+            "key_min and key_max",
+            "must both be given or both be NULL",
+            hint="both NULL: every key; both given: the keys from key_min to key_max",
+        )
+    elif key_min > key_max:
+        raise invalid("process_events", "key_min", "must not be greater than key_max")
+    else:
+        first, then = _CANDIDATE_COMPACTION_IN_RANGE, _CANDIDATE_IN_RANGE
+        types, args = ("bigint", "bigint"), (key_min, key_max)
     while True:
-        rows = db.execute(_CANDIDATE_COMPACTION)
+        rows = db.execute(first, types, args)
         if not rows.nrows():
-            rows = db.execute(_CANDIDATE)
+            rows = db.execute(then, types, args)
         if not rows.nrows():
-            return None
+            return []
         event = rows[0]
-        event_id, attempts = int(event["id"]), int(event["attempts"])
+        key, event_id, attempts = int(event["actor_key"]), int(event["id"]), int(event["attempts"])
         unfinished = event["status"] == "processing"
         note = unfinished_attempt(attempts) if unfinished else None
         if attempts >= limit:
             why = note or exhausted(attempts, limit, event["last_error"])
-            db.execute(_FAILED, ("bigint", "text"), (event_id, why))
+            db.execute(_FAILED, ("bigint", "bigint", "text"), (key, event_id, why))
             continue
-        db.execute(_CLAIM, ("bigint", "float8", "text"), (event_id, float(lease), note))
-        return event_id
+        db.execute(
+            _CLAIM, ("bigint", "bigint", "float8", "text"), (key, event_id, float(lease), note)
+        )
+        return [{"actor_key": key, "event_id": event_id, "kind": event["kind"]}]
 
 
 def unfinished_attempt(attempt: int) -> str:
@@ -169,11 +225,13 @@ def _retry_policy(max_attempts: int | None, base_backoff_s: float | None) -> tup
     return limit, base
 
 
-def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float | None) -> str:
-    """Work one claimed event: 'processed', 'skipped', 'retry', 'failed', or 'lost' (another
-    worker holds it)."""
+def event_process(
+    key: int, event_id: int, max_attempts: int | None, base_backoff_s: float | None
+) -> str:
+    """Work one claimed event (its actor_key and id, as event_claim returned them): 'processed',
+    'skipped', 'retry', 'failed', or 'lost' (another worker holds it)."""
     limit, base = _retry_policy(max_attempts, base_backoff_s)
-    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    rows = db.execute(_EVENT, ("bigint", "bigint"), (key, event_id))
     if not rows.nrows():
         return "lost"
     event = rows[0]
@@ -182,18 +240,18 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
     config = validation.effective_config(json.loads(event["config"]))
     model_name = json.loads(event["model_spec"]).get("llm")
     if not config["extraction"] or model_name is None:
-        return _finish(event_id, "skipped", {"reason": "extraction is off or no llm is set"})
+        return _finish(event, "skipped", {"reason": "extraction is off or no llm is set"})
     try:
         model = llm.load("process_events", model_name)
     except Exception:
         return _fail(event, limit, base, f'model "{model_name}" is not registered')
     if model.provider == "builtin":
         return _finish(
-            event_id, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
+            event, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
         )
     said, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
     if not said:
-        return _finish(event_id, "processed", reconciliation.EMPTY_RESULT)
+        return _finish(event, "processed", reconciliation.EMPTY_RESULT)
     existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], said)
     refs = {f"m{i + 1}": m for i, m in enumerate(existing)}
     messages = extraction.prompt(
@@ -243,7 +301,7 @@ def event_process(event_id: int, max_attempts: int | None, base_backoff_s: float
         if e.sqlstate == QUERY_CANCELED:
             raise
         return _fail(event, limit, base, f"database error: {' '.join(str(e).split())}")
-    return _finish(event_id, "processed", summary)
+    return _finish(event, "processed", summary)
 
 
 # An event without a session keeps its said as sent (chat messages or Responses items, which
@@ -257,7 +315,7 @@ def _turns(event: Any) -> list[extraction.Turn]:
         batch = turns.validate_batch("add", json.loads(event["turns"]), _NO_LIMITS)
         said = [(t.role, t.content) for t in batch]
     else:
-        rows = db.execute(_TURNS, ("bigint",), (int(event["id"]),))
+        rows = db.execute(_TURNS, ("bigint", "bigint"), (int(event["actor_key"]), int(event["id"])))
         said = [(r["role"], r["content"]) for r in rows]
     # A tool call without text says nothing about the user.
     return [extraction.Turn(role, text) for role, text in said if text and text.strip()]
@@ -267,8 +325,12 @@ def _today() -> str:
     return str(db.execute("SELECT current_date::text AS d")[0]["d"])
 
 
-def _finish(event_id: int, status: str, result: dict[str, Any]) -> str:
-    db.execute(_DONE, ("bigint", "text", "text"), (event_id, status, json.dumps(result)))
+def _finish(event: Any, status: str, result: dict[str, Any]) -> str:
+    db.execute(
+        _DONE,
+        ("bigint", "bigint", "text", "text"),
+        (int(event["actor_key"]), int(event["id"]), status, json.dumps(result)),
+    )
     return status
 
 
@@ -276,34 +338,37 @@ def _fail(event: Any, limit: int, base: float, error: str) -> str:
     # The application reads last_error: no URL of a model endpoint, whatever raised.
     message = " ".join(endpoints.strip_urls(error).split())[:ERROR_CHARS]
     attempts = int(event["attempts"])
+    key, event_id = int(event["actor_key"]), int(event["id"])
     if attempts >= limit:
-        db.execute(_FAILED, ("bigint", "text"), (int(event["id"]), message))
+        db.execute(_FAILED, ("bigint", "bigint", "text"), (key, event_id, message))
         return "failed"
     db.execute(
-        _RETRY, ("bigint", "text", "float8"), (int(event["id"]), message, backoff_s(attempts, base))
+        _RETRY,
+        ("bigint", "bigint", "text", "float8"),
+        (key, event_id, message, backoff_s(attempts, base)),
     )
     return "retry"
 
 
 def event_error(
-    event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
+    key: int, event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
 ) -> str:
     """Record an attempt that ended in an unexpected error (a bug, caught by the procedure)."""
     limit, base = _retry_policy(max_attempts, base_backoff_s)
-    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    rows = db.execute(_EVENT, ("bigint", "bigint"), (key, event_id))
     if not rows.nrows():
         return "lost"
     return _fail(rows[0], limit, base, f"internal error: {error}")
 
 
 def event_interrupted(
-    event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
+    key: int, event_id: int, max_attempts: int | None, base_backoff_s: float | None, error: str
 ) -> str:
     """Record an attempt that a cancel ended (57014: statement_timeout, pg_cancel_backend):
     it counts like any failed attempt, so the event waits its backoff or, after max_attempts,
     is failed; process_events then re-raises the cancel."""
     limit, base = _retry_policy(max_attempts, base_backoff_s)
-    rows = db.execute(_EVENT, ("bigint",), (event_id,))
+    rows = db.execute(_EVENT, ("bigint", "bigint"), (key, event_id))
     if not rows.nrows():
         return "lost"
     attempt = int(rows[0]["attempts"])
@@ -314,15 +379,30 @@ def event_interrupted(
 
 _NAMESPACE_ID = "SELECT id FROM aidb_memory.namespace WHERE name = $1"
 # Back in the queue as if just added: due now, attempts from zero; last_error stays until the
-# next outcome replaces it. Workers waiting on the channel are woken at commit.
+# next outcome replaces it. Workers waiting on the channel are woken at commit. Of one actor (by
+# its key), or of the whole namespace.
+_RETRY_FAILED_OF_ACTOR = """
+WITH retried AS (
+    UPDATE aidb_memory.event
+    SET status = 'accepted', attempts = 0, lease_until = NULL, next_attempt_at = NULL,
+        processed_at = NULL, result = NULL
+    WHERE actor_key = $1 AND namespace_id = $2 AND actor_id = $3
+      AND status = 'failed' AND kind = 'extraction'
+      AND ($4::timestamptz IS NULL OR processed_at >= $4)
+    RETURNING 1
+)
+SELECT count(*) AS n,
+       CASE WHEN count(*) > 0 THEN pg_notify('aidb_memory_events', '') END AS woke
+FROM retried
+"""
 _RETRY_FAILED = """
+-- spans actors: events_retry over a namespace (admins)
 WITH retried AS (
     UPDATE aidb_memory.event
     SET status = 'accepted', attempts = 0, lease_until = NULL, next_attempt_at = NULL,
         processed_at = NULL, result = NULL
     WHERE namespace_id = $1 AND status = 'failed' AND kind = 'extraction'
-      AND ($2::text IS NULL OR actor_id = $2)
-      AND ($3::timestamptz IS NULL OR processed_at >= $3)
+      AND ($2::timestamptz IS NULL OR processed_at >= $2)
     RETURNING 1
 )
 SELECT count(*) AS n,
@@ -344,11 +424,15 @@ def events_retry(namespace: str | None, actor_id: str | None, failed_since: str 
             f'aidb_memory.{fn}: namespace "{namespace}" does not exist',
             hint="SELECT name FROM aidb_memory.namespaces lists them",
         )
-    retried = db.execute(
-        _RETRY_FAILED,
-        ("bigint", "text", "timestamptz"),
-        (int(rows[0]["id"]), actor_id, failed_since),
-    )
+    ns_id = int(rows[0]["id"])
+    if actor_id is None:
+        retried = db.execute(_RETRY_FAILED, ("bigint", "timestamptz"), (ns_id, failed_since))
+    else:
+        retried = db.execute(
+            _RETRY_FAILED_OF_ACTOR,
+            ("bigint", "bigint", "text", "timestamptz"),
+            (keys.actor_key(namespace, actor_id), ns_id, actor_id, failed_since),
+        )
     return int(retried[0]["n"])
 
 
@@ -361,7 +445,7 @@ SELECT e.public_id::text AS event_id, e.status, e.attempts, e.last_error,
        to_json(e.next_attempt_at) #>> '{}' AS next_attempt_at,
        e.result::text AS result, e.kind
 FROM aidb_memory.event e
-WHERE e.namespace_id = $1 AND e.actor_id = $2 AND e.public_id = $3
+WHERE e.actor_key = $1 AND e.namespace_id = $2 AND e.actor_id = $3 AND e.public_id = $4
 """
 
 
@@ -371,7 +455,11 @@ def status(namespace_name: str | None, actor_id: str | None, event_id: str | Non
     ns, actor = sessions.namespace(fn, namespace_name, actor_id, writing=False)
     if event_id is None:
         raise required(fn, "event_id")
-    rows = db.execute(_STATUS, ("bigint", "text", "uuid"), (ns.id, actor, event_id))
+    rows = db.execute(
+        _STATUS,
+        ("bigint", "bigint", "text", "uuid"),
+        (keys.actor_key(ns.name, actor), ns.id, actor, event_id),
+    )
     if not rows.nrows():
         return None
     r = dict(rows[0])
@@ -389,7 +477,9 @@ def _compaction_task(event: Any, limit: int, base: float) -> str:
     # Imported here: only a worker that meets a compaction task needs it.
     from aidb_memory_server import compactor
 
-    done = compactor.compact_ahead(int(event["session_ref"]), int(event["budget"]))
+    done = compactor.compact_ahead(
+        int(event["actor_key"]), int(event["session_ref"]), int(event["budget"])
+    )
     if done.status == "failed":
         return _fail(event, limit, base, done.error or "compaction failed")
-    return _finish(int(event["id"]), done.status, done.result)
+    return _finish(event, done.status, done.result)

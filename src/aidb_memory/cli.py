@@ -171,15 +171,41 @@ def cmd_deps(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_range(text: str) -> tuple[int, int]:
+    """--key-range MIN:MAX, checked (argparse reports the error and exits 2)."""
+    from aidb_memory import worker
+
+    try:
+        return worker.parse_key_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _workers(text: str) -> int:
+    """--split-key-space N: a count of workers, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (1 or more)")
+    return n
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from aidb_memory import worker
 
+    if args.split_key_space is not None:
+        for low, high in worker.key_ranges(args.split_key_space):
+            _say(f"--key-range={low}:{high}")
+        return 0
     options = worker.Options(
         once=args.once,
         batch=args.batch,
         lease_s=args.lease,
         max_attempts=args.max_attempts,
         backoff_s=args.backoff,
+        key_range=args.key_range,
     )
     stop = worker.Stop()
     worker.install_signal_handlers(stop)
@@ -358,6 +384,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backoff", type=float, default=10.0, help="first retry delay in s, doubling (default 10)"
+    )
+    p.add_argument(
+        "--key-range",
+        type=_key_range,
+        metavar="MIN:MAX",
+        help="claim only the events of actors whose actor_key is in MIN..MAX (inclusive); "
+        "write --key-range=MIN:MAX when MIN is negative (default: every key)",
+    )
+    p.add_argument(
+        "--split-key-space",
+        type=_workers,
+        metavar="N",
+        help="print the --key-range of each of N workers that split the key space equally, "
+        "and exit",
     )
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser(

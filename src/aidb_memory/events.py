@@ -18,6 +18,7 @@ STATUSES = ("accepted", "processing", "processed", "failed", "skipped")
 KINDS = ("extraction", "compaction")
 
 _COUNTS = """
+-- spans actors: admins' and workers' counts of the queue per namespace
 SELECT n.name, e.kind, e.status, count(*)
 FROM aidb_memory.events AS e
 JOIN aidb_memory.namespaces AS n ON n.id = e.namespace_id

@@ -5,7 +5,11 @@ It calls ``aidb_memory.process_events`` in batches; when the queue is empty it w
 ``LISTEN aidb_memory_events`` (every ``add`` that queues an event notifies at commit), with a
 timeout so that events due after a backoff are picked up too. SIGINT or SIGTERM stops it after
 the event in hand (by default one event per CALL; each event commits on its own). Several
-workers at once are safe: the procedure claims events with ``FOR UPDATE SKIP LOCKED``.
+workers at once are safe: the procedure claims events with ``FOR UPDATE SKIP LOCKED``. With
+``--key-range MIN:MAX`` a worker claims only the events of actors whose ``actor_key`` is in that
+range (issue 15): N workers given N disjoint ranges that cover the key space
+(:func:`key_ranges`, ``aidb-memory worker --split-key-space N``) share the queue, each never
+scanning the others' events.
 
 It stays up: a CALL that fails (a ``statement_timeout`` or cancel during an event, which the
 procedure records as that event's failed attempt, or any other error) is reported and the next
@@ -38,6 +42,44 @@ _PROCESS = (
     "CALL aidb_memory.process_events(max_events => %s::int, lease_s => %s::int, "
     "max_attempts => %s::int, backoff_s => %s::real)"
 )
+# With a key range. Without one the CALL stays as it was, so that a worker without a range also
+# runs against a server from before key ranges.
+_PROCESS_IN_RANGE = (
+    "CALL aidb_memory.process_events(max_events => %s::int, lease_s => %s::int, "
+    "max_attempts => %s::int, backoff_s => %s::real, key_min => %s::bigint, key_max => %s::bigint)"
+)
+# actor_key is a signed 64-bit integer (aidb_memory.actor_key).
+KEY_MIN = -(2**63)
+KEY_MAX = 2**63 - 1
+
+
+def parse_key_range(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` (two integers, inclusive, MIN <= MAX, both within the signed 64-bit range)
+    as (MIN, MAX); ValueError saying what is wrong otherwise."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        low, high = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not MIN:MAX, two integers (e.g. --key-range=-9223372036854775808:-1)"
+        ) from None
+    for bound in (low, high):
+        if not KEY_MIN <= bound <= KEY_MAX:
+            raise ValueError(f"{bound} is outside the keys ({KEY_MIN} to {KEY_MAX})")
+    if low > high:
+        raise ValueError(f"MIN {low} is greater than MAX {high}")
+    return low, high
+
+
+def key_ranges(n: int) -> list[tuple[int, int]]:
+    """``n`` ranges of (about) equal size, in order, that together cover every key once."""
+    if n < 1:
+        raise ValueError("the number of ranges must be at least 1")
+    span = KEY_MAX - KEY_MIN + 1
+    starts = [KEY_MIN + span * i // n for i in range(n)]
+    return [(lo, hi - 1) for lo, hi in zip(starts, [*starts[1:], KEY_MAX + 1], strict=True)]
 
 
 @dataclass
@@ -50,6 +92,14 @@ class Options:
     max_attempts: int = 5
     backoff_s: float = 10.0
     idle_s: float = 5.0  # longest wait for a notification before looking again
+    key_range: tuple[int, int] | None = None  # only events with actor_key in MIN..MAX
+
+    def call(self) -> tuple[str, tuple[object, ...]]:
+        """The CALL of one batch, and its parameters."""
+        args = (self.batch, self.lease_s, self.max_attempts, self.backoff_s)
+        if self.key_range is None:
+            return _PROCESS, args
+        return _PROCESS_IN_RANGE, (*args, *self.key_range)
 
 
 # What process_events reports per kind (its by_kind), in the order printed.
@@ -152,7 +202,13 @@ def run(
             if options.once
             else "; Ctrl-C or SIGTERM stops it"
         )
+        + (
+            f"; only actor keys {options.key_range[0]} to {options.key_range[1]}"
+            if options.key_range
+            else ""
+        )
     )
+    statement, params = options.call()
     failures = 0
     while not stop.requested:
         if conn is None:
@@ -167,9 +223,7 @@ def run(
             say("worker: reconnected")
             failures = 0
         try:
-            row = conn.execute(
-                _PROCESS, (options.batch, options.lease_s, options.max_attempts, options.backoff_s)
-            ).fetchone()
+            row = conn.execute(statement, params).fetchone()
             processed, failed, retried = (_count(v) for v in row[:3]) if row else (0, 0, 0)
             by_kind = row[3] if row and len(row) > 3 else None
         except psycopg.Error as e:
