@@ -57,17 +57,17 @@ CASES: dict[str, Case] = {
         WORKER_USER, "SELECT aidb_memory.event_claim(0, 5)", "22023", named="process_events"
     ),
     "event_error": Case(
-        WORKER_USER, "SELECT aidb_memory.event_error(1, 0, 1, 'x')", "22023", named="process_events"
+        WORKER_USER, "SELECT aidb_memory.event_error(1, 1, 0, 1, 'x')", "22023", named="process_events"
     ),
     "event_interrupted": Case(
         WORKER_USER,
-        "SELECT aidb_memory.event_interrupted(1, 0, 1, 'x')",
+        "SELECT aidb_memory.event_interrupted(1, 1, 0, 1, 'x')",
         "22023",
         named="process_events",
     ),
     "events_retry": Case(ADMIN_USER, "SELECT aidb_memory.events_retry(NULL)", "22004"),
     "event_process": Case(
-        WORKER_USER, "SELECT aidb_memory.event_process(1, 0, 1)", "22023", named="process_events"
+        WORKER_USER, "SELECT aidb_memory.event_process(1, 1, 0, 1)", "22023", named="process_events"
     ),
     # A lock held on the queue (as by a migration) and lock_timeout: an error of our query.
     "event_remaining": Case(WORKER_USER, "SELECT aidb_memory.event_remaining()", "55P03"),
