@@ -866,7 +866,10 @@ def _names_our_schema(node: Any) -> bool:
 
 # - Python -
 
-_UNKNOWN = "NULL"  # what an unresolved {value} of an f-string or .format() becomes
+# What an unresolved {value} of an f-string or .format() becomes: a name, which parses wherever
+# an expression, a column list or a condition may be (tests match it as a wildcard).
+UNRESOLVED = "__unresolved__"
+_UNKNOWN = UNRESOLVED
 _FORMAT_FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 
 
