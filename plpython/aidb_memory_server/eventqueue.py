@@ -47,47 +47,47 @@ QUERY_CANCELED = "57014"
 BACKOFF_MAX_S = 3600.0
 ERROR_CHARS = 500
 
-# The oldest claimable event: accepted and due, or processing with a lapsed lease (its attempt
-# ended without a result). SKIP LOCKED: several workers never take the same event. Compaction
-# tasks first (issue 13): a read is about to need their summary, while extraction has no one
-# waiting for it. Each claim has two forms: over every key (the default), and over the key range
-# a worker was given (issue 15: one worker per node or shard never scans the others' events).
-_CANDIDATE_COMPACTION = """
--- spans actors: queue claim without a key range
-SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
-WHERE q.kind = 'compaction'
-  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
-       OR (q.status = 'processing' AND q.lease_until < now()))
+# The oldest claimable events: accepted and due, or processing with a lapsed lease (its attempt
+# ended without a result). Compaction tasks first (issue 13): a read is about to need their
+# summary, while extraction has no one waiting for it. A claim reads candidates without locking
+# them, over every key (the default) or over the key range a worker was given (issue 15), then
+# locks one by its key (_LOCK_CANDIDATE, SKIP LOCKED: several workers never take the same event):
+# a distributed PostgreSQL (Citus) locks rows only in a statement on one shard.
+_CLAIMABLE = """
+    (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
+    OR (q.status = 'processing' AND q.lease_until < now())"""
+CANDIDATES = 16
+_CANDIDATES_COMPACTION = f"""
+-- spans actors: queue claim without a key range (a read; the claim locks one event by its key)
+SELECT q.actor_key, q.id FROM aidb_memory.event q
+WHERE q.kind = 'compaction' AND ({_CLAIMABLE})
 ORDER BY q.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED
+LIMIT {CANDIDATES}
 """
-_CANDIDATE = """
--- spans actors: queue claim without a key range
-SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
-WHERE (q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
-   OR (q.status = 'processing' AND q.lease_until < now())
+_CANDIDATES = f"""
+-- spans actors: queue claim without a key range (a read; the claim locks one event by its key)
+SELECT q.actor_key, q.id FROM aidb_memory.event q
+WHERE {_CLAIMABLE}
 ORDER BY q.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED
+LIMIT {CANDIDATES}
 """
-_CANDIDATE_COMPACTION_IN_RANGE = """
-SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
-WHERE q.actor_key BETWEEN $1 AND $2
-  AND q.kind = 'compaction'
-  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
-       OR (q.status = 'processing' AND q.lease_until < now()))
+_CANDIDATES_COMPACTION_IN_RANGE = f"""
+SELECT q.actor_key, q.id FROM aidb_memory.event q
+WHERE q.actor_key BETWEEN $1 AND $2 AND q.kind = 'compaction' AND ({_CLAIMABLE})
 ORDER BY q.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED
+LIMIT {CANDIDATES}
 """
-_CANDIDATE_IN_RANGE = """
-SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
-WHERE q.actor_key BETWEEN $1 AND $2
-  AND ((q.status = 'accepted' AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= now()))
-       OR (q.status = 'processing' AND q.lease_until < now()))
+_CANDIDATES_IN_RANGE = f"""
+SELECT q.actor_key, q.id FROM aidb_memory.event q
+WHERE q.actor_key BETWEEN $1 AND $2 AND ({_CLAIMABLE})
 ORDER BY q.id
-LIMIT 1
+LIMIT {CANDIDATES}
+"""
+# A candidate, locked if no other worker holds it and still claimable once locked (FOR UPDATE
+# reads the row's latest version): another claim may have taken it since it was read.
+_LOCK_CANDIDATE = f"""
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+WHERE q.actor_key = $1 AND q.id = $2 AND ({_CLAIMABLE})
 FOR UPDATE SKIP LOCKED
 """
 # The claim is an attempt: counted here and committed by process_events before the work.
@@ -158,7 +158,7 @@ def event_claim(
         raise invalid("process_events", "lease_s", "must be between 1 and 86400")
     limit, _ = _retry_policy(max_attempts, None)
     if key_min is None and key_max is None:
-        first, then = _CANDIDATE_COMPACTION, _CANDIDATE
+        first, then = _CANDIDATES_COMPACTION, _CANDIDATES
         types: tuple[str, ...] = ()
         args: tuple[int, ...] = ()
     elif key_min is None or key_max is None:
@@ -171,15 +171,12 @@ def event_claim(
     elif key_min > key_max:
         raise invalid("process_events", "key_min", "must not be greater than key_max")
     else:
-        first, then = _CANDIDATE_COMPACTION_IN_RANGE, _CANDIDATE_IN_RANGE
+        first, then = _CANDIDATES_COMPACTION_IN_RANGE, _CANDIDATES_IN_RANGE
         types, args = ("bigint", "bigint"), (key_min, key_max)
     while True:
-        rows = db.execute(first, types, args)
-        if not rows.nrows():
-            rows = db.execute(then, types, args)
-        if not rows.nrows():
+        event = _lock_one(first, types, args) or _lock_one(then, types, args)
+        if event is None:
             return []
-        event = rows[0]
         key, event_id, attempts = int(event["actor_key"]), int(event["id"]), int(event["attempts"])
         unfinished = event["status"] == "processing"
         note = unfinished_attempt(attempts) if unfinished else None
@@ -191,6 +188,18 @@ def event_claim(
             _CLAIM, ("bigint", "bigint", "float8", "text"), (key, event_id, float(lease), note)
         )
         return [{"actor_key": key, "event_id": event_id, "kind": event["kind"]}]
+
+
+def _lock_one(candidates: str, types: tuple[str, ...], args: tuple[int, ...]) -> Any:
+    """The first of the oldest claimable events that this claim could lock, or None: none is
+    claimable, or other workers hold every candidate (they are claiming them at this moment)."""
+    for c in db.execute(candidates, types, args):
+        locked = db.execute(
+            _LOCK_CANDIDATE, ("bigint", "bigint"), (int(c["actor_key"]), int(c["id"]))
+        )
+        if locked.nrows():
+            return locked[0]
+    return None
 
 
 def unfinished_attempt(attempt: int) -> str:
