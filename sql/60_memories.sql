@@ -117,8 +117,8 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 BEGIN
-    INSERT INTO aidb_memory.memory_word (namespace_id, actor_id, word)
-    SELECT DISTINCT a.namespace_id, a.actor_id, w.word
+    INSERT INTO aidb_memory.memory_word (actor_key, namespace_id, actor_id, word)
+    SELECT DISTINCT a.actor_key, a.namespace_id, a.actor_id, w.word
     FROM added AS a, unnest(tsvector_to_array(a.tsv)) AS w(word)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
@@ -137,12 +137,15 @@ SET debug_print_plan = off
 AS $$
 BEGIN
     -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.
+    -- Every row is the actor's own (actor_key): one actor's rows, joined by their key.
     DELETE FROM aidb_memory.memory_word AS v
-    USING (SELECT DISTINCT r.namespace_id, r.actor_id, w.word
+    USING (SELECT DISTINCT r.actor_key, r.namespace_id, r.actor_id, w.word
            FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)) AS g
-    WHERE v.namespace_id = g.namespace_id AND v.actor_id = g.actor_id AND v.word = g.word
+    WHERE v.actor_key = g.actor_key AND v.namespace_id = g.namespace_id
+      AND v.actor_id = g.actor_id AND v.word = g.word
       AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
-                      WHERE m.namespace_id = v.namespace_id AND m.actor_id = v.actor_id
+                      WHERE m.actor_key = v.actor_key AND m.namespace_id = v.namespace_id
+                        AND m.actor_id = v.actor_id
                         AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
     RETURN NULL;
 END
