@@ -409,7 +409,7 @@ def search(
         raise required(fn, "query")
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
-    key = keys.actor_key(ns.id, actor)
+    key = keys.actor_key(ns.name, actor)
     tsquery, tree = _bounded_query(fn, ns, actor, key, query)
     vector, model_name = _query_embedding(fn, ns, actor, key, query)
     fuzzy, any_word = _word_queries(ns.id, actor, key, list(tree["words"]), list(tree["unknown"]))
@@ -459,7 +459,7 @@ def list_memories(
     rows = db.execute(
         _LIST,
         ("bigint", "text", "text", "text", "boolean", "int", "bigint"),
-        (ns.id, actor, sid, agent, bool(include_superseded), n, keys.actor_key(ns.id, actor)),
+        (ns.id, actor, sid, agent, bool(include_superseded), n, keys.actor_key(ns.name, actor)),
     )
     return [dict(r) for r in rows]
 
@@ -471,7 +471,8 @@ def list_memories(
 # $9 selector kind, $10 the actor's key. The deleted memories' history goes with them (ON DELETE
 # CASCADE); their text is also blanked where the history of the actor's other memories quotes it
 # (a fact that superseded or was superseded by one deleted), unless a remaining memory still
-# holds it.
+# holds it. A remaining memory superseded by a deleted one no longer names it (superseded_by: the
+# foreign key is NO ACTION, Citus refuses SET NULL between distributed tables; migration 0015).
 _DELETE = """
 WITH d AS (
     DELETE FROM aidb_memory.memory m
@@ -479,6 +480,11 @@ WITH d AS (
       AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
       AND {condition}
     RETURNING m.id, m.content
+), unlink AS (
+    UPDATE aidb_memory.memory x SET superseded_by = NULL
+    WHERE x.actor_key = $10 AND x.superseded_by IN (SELECT id FROM d)
+      AND x.id NOT IN (SELECT id FROM d)
+    RETURNING 1
 ), h AS (
     SELECT count(*) AS n FROM aidb_memory.memory_history x
     WHERE x.actor_key = $10 AND x.memory_id IN (SELECT id FROM d)
@@ -576,7 +582,8 @@ def delete(
     sid, agent = _filters(fn, ns, session_id, agent_id)
     kind, value = _selector(fn, selector)
     why = _reason(fn, reason)
-    reconciliation.lock_actor(ns.id, actor)  # not while a worker reconciles this actor
+    key = keys.actor_key(ns.name, actor)
+    reconciliation.lock_actor(ns.id, actor, key)  # not while a worker reconciles this actor
     rows = db.execute(
         _DELETES[kind],
         (
@@ -585,7 +592,7 @@ def delete(
         ),
         (
             *(ns.id, actor, sid, agent, value, ns.name, subject_hash(ns.name, actor), why),
-            *(kind, keys.actor_key(ns.id, actor)),
+            *(kind, key),
         ),
     )
     return int(rows[0]["n"])
@@ -593,8 +600,19 @@ def delete(
 
 # --- forget ------------------------------------------------------------------------------------
 
-# Sessions take their turns and summaries with them (ON DELETE CASCADE), and with them every
-# handoff of the actor: a session's prev_handoff only ever comes from the same actor's sessions.
+# The actor's events, locked first: that waits for a worker extracting one (it holds the row), and
+# only then forget takes the actor's lock, which that worker takes to reconcile: never the other
+# way round. They are deleted last, after what refers to them (turns, memories and their history:
+# those foreign keys are NO ACTION, migration 0015). Sessions take their turns and summaries with
+# them (ON DELETE CASCADE), and with them every handoff of the actor: a session's prev_handoff only
+# ever comes from the same actor's sessions.
+_FORGET_LOCK_EVENTS = """
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM aidb_memory.event
+    WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+    FOR UPDATE
+) e
+"""
 _FORGET_SUMMARIES = """
 SELECT count(*) AS n FROM aidb_memory.summary x
 JOIN aidb_memory.session s ON s.actor_key = x.actor_key AND s.id = x.session_ref
@@ -638,11 +656,11 @@ def forget(namespace_name: str | None, actor_id: str | None, reason: str | None)
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     why = _reason(fn, reason)
     ids = ("bigint", "text", "bigint")
-    actor_ids = (ns.id, actor, keys.actor_key(ns.id, actor))
-    # Events first: deleting one waits for a worker that is extracting it (it holds the row), and
-    # only then the actor's lock, which that worker takes to reconcile: never the other way round.
-    events = int(db.execute(_FORGET_EVENTS, ids, actor_ids)[0]["n"])
-    reconciliation.lock_actor(ns.id, actor)
+    key = keys.actor_key(ns.name, actor)
+    actor_ids = (ns.id, actor, key)
+    # The events' locks first, then the actor's (_FORGET_LOCK_EVENTS); the events go last.
+    db.execute(_FORGET_LOCK_EVENTS, ids, actor_ids)
+    reconciliation.lock_actor(ns.id, actor, key)
     summaries = int(db.execute(_FORGET_SUMMARIES, ids, actor_ids)[0]["n"])
     sessions = db.execute(_FORGET_SESSIONS, ids, actor_ids)[0]
     counts = {
@@ -651,9 +669,9 @@ def forget(namespace_name: str | None, actor_id: str | None, reason: str | None)
         "summaries": summaries,
         "memory_history": int(db.execute(_FORGET_HISTORY, ids, actor_ids)[0]["n"]),
         "memories": int(db.execute(_FORGET_MEMORIES, ids, actor_ids)[0]["n"]),
-        "events": events,
+        "events": int(db.execute(_FORGET_EVENTS, ids, actor_ids)[0]["n"]),
     }
-    reconciliation.drop_actor_lock(ns.id, actor)
+    reconciliation.drop_actor_lock(ns.id, actor, key)
     text = json.dumps(counts)
     db.execute(
         _AUDIT,

@@ -84,6 +84,8 @@ INSERT INTO aidb_memory.actor_lock (actor_key, namespace_id, actor_id) VALUES ($
 ON CONFLICT (actor_key, namespace_id, actor_id) DO UPDATE SET actor_id = excluded.actor_id
 """
 _LOCK_TYPES = ("bigint", "text", "bigint")
+# The namespace's name, for a caller that does not pass the actor's key (keys.actor_key).
+_NAMESPACE_NAME = "SELECT name FROM aidb_memory.namespace WHERE id = $1"
 # forget erases the actor's row too (it holds its lock); waiters then create a new one.
 _UNLOCK_FORGOTTEN = """
 DELETE FROM aidb_memory.actor_lock WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
@@ -135,33 +137,43 @@ def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
     return " | ".join(chosen)
 
 
-def lock_actor(namespace_id: int, actor_id: str) -> None:
+def _key(namespace_id: int, actor_id: str, key: int | None) -> int:
+    """The actor's key: ``key`` when the caller knows it (every API call and every event does),
+    else from the namespace's name (keys.actor_key), read by id."""
+    if key is not None:
+        return key
+    name = db.execute(_NAMESPACE_NAME, ("bigint",), (namespace_id,))[0]["name"]
+    return keys.actor_key(name, actor_id)
+
+
+def lock_actor(namespace_id: int, actor_id: str, key: int | None = None) -> None:
     """Serialize with every other change to this actor's memories, to the end of the
     transaction (reconciliation, delete, forget). Waits only for those, never for a foreign
-    session."""
-    ident = (namespace_id, actor_id, keys.actor_key(namespace_id, actor_id))
+    session. ``key``: the actor's (keys.actor_key), looked up when not given."""
+    ident = (namespace_id, actor_id, _key(namespace_id, actor_id, key))
     if not db.execute(_LOCK, _LOCK_TYPES, ident).nrows():
         db.execute(_LOCK_NEW, _LOCK_TYPES, ident)
 
 
-def drop_actor_lock(namespace_id: int, actor_id: str) -> None:
+def drop_actor_lock(namespace_id: int, actor_id: str, key: int | None = None) -> None:
     """forget: remove the actor's lock row (every trace goes), held until the end of the
     transaction like the lock itself."""
     db.execute(
-        _UNLOCK_FORGOTTEN,
-        _LOCK_TYPES,
-        (namespace_id, actor_id, keys.actor_key(namespace_id, actor_id)),
+        _UNLOCK_FORGOTTEN, _LOCK_TYPES, (namespace_id, actor_id, _key(namespace_id, actor_id, key))
     )
 
 
-def related(namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn]) -> list[Memory]:
-    """The actor's current memories the model is shown beside the turns."""
+def related(
+    namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn], key: int | None = None
+) -> list[Memory]:
+    """The actor's current memories the model is shown beside the turns (``key``: the actor's,
+    the event's actor_key; looked up when not given)."""
     rows = db.execute(
         _RELATED,
         ("bigint", "text", "text", "int", "bigint"),
         (
             *(namespace_id, actor_id, query_words(turns), RELATED_LIMIT),
-            keys.actor_key(namespace_id, actor_id),
+            _key(namespace_id, actor_id, key),
         ),
     )
     return [Memory(int(r["id"]), r["public_id"], r["content"]) for r in rows]
@@ -179,8 +191,8 @@ def apply(
     which search compares with the namespace's)."""
     ns, actor, event_id = int(event["namespace_id"]), event["actor_id"], int(event["id"])
     found = event.get("actor_key")
-    key = keys.actor_key(ns, actor) if found is None else int(found)
-    lock_actor(ns, actor)
+    key = _key(ns, actor, None if found is None else int(found))
+    lock_actor(ns, actor, key)
     out: dict[str, Any] = {
         k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
     }
