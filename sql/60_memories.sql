@@ -137,7 +137,7 @@ SET debug_print_plan = off
 AS $$
 BEGIN
     -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.
-    -- Every row is the actor's own (actor_key): one actor's rows, joined by their key.
+    -- Joined on actor_key (and the namespace and actor): a row meets only rows of its own actor.
     DELETE FROM aidb_memory.memory_word AS v
     USING (SELECT DISTINCT r.actor_key, r.namespace_id, r.actor_id, w.word
            FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)) AS g
