@@ -104,8 +104,10 @@ GROUP BY w.embedding_model
 # actor_key too, and with the namespace and actor as keys the generic plan (which counts on an
 # average actor, a few rows, and takes the key and actor for independent) would scan the actor's
 # every current memory on memory_current_hash_idx and test the words on each: ~1 s for an actor
-# with 100,000 memories (bench/README.md, (e)). With the key alone the btree scans cost what an
-# average actor's memories cost, more than the GIN scan once actors have ~10 memories on average.
+# with 100,000 memories (bench/README.md, (e)). With the key alone a btree scan costs what an
+# average actor's memories cost, more than the GIN scan once actors have about 10 memories on
+# average (measured: GIN from 10, a btree at 5); below that, a plan made then scans a large actor's
+# memories on a btree until statistics change.
 # Each signal carries created_at, the last tie-breaker, so that only the best $4 memories are
 # fetched again, for what the caller gets.
 _SEARCH = """
