@@ -117,8 +117,8 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 BEGIN
-    INSERT INTO aidb_memory.memory_word (namespace_id, actor_id, word)
-    SELECT DISTINCT a.namespace_id, a.actor_id, w.word
+    INSERT INTO aidb_memory.memory_word (actor_key, namespace_id, actor_id, word)
+    SELECT DISTINCT a.actor_key, a.namespace_id, a.actor_id, w.word
     FROM added AS a, unnest(tsvector_to_array(a.tsv)) AS w(word)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
@@ -135,15 +135,28 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
+DECLARE
+    g record;
 BEGIN
     -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.
-    DELETE FROM aidb_memory.memory_word AS v
-    USING (SELECT DISTINCT r.namespace_id, r.actor_id, w.word
-           FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)) AS g
-    WHERE v.namespace_id = g.namespace_id AND v.actor_id = g.actor_id AND v.word = g.word
-      AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
-                      WHERE m.namespace_id = v.namespace_id AND m.actor_id = v.actor_id
-                        AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
+    -- One statement per actor, by its key (that actor's words on memory_word's primary key, its
+    -- memories by actor_key); delete and forget erase one actor's. An actor whose namespace is
+    -- gone (namespace_drop) lost its words with it (their foreign key cascades).
+    FOR g IN
+        SELECT r.actor_key, r.namespace_id, r.actor_id, array_agg(DISTINCT w.word) AS words
+        FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)
+        GROUP BY r.actor_key, r.namespace_id, r.actor_id
+    LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM aidb_memory.namespace AS n
+                                  WHERE n.id = g.namespace_id);
+        DELETE FROM aidb_memory.memory_word AS v
+        WHERE v.actor_key = g.actor_key AND v.namespace_id = g.namespace_id
+          AND v.actor_id = g.actor_id AND v.word = ANY (g.words)
+          AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
+                          WHERE m.actor_key = g.actor_key AND m.namespace_id = g.namespace_id
+                            AND m.actor_id = g.actor_id
+                            AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
+    END LOOP;
     RETURN NULL;
 END
 $$;

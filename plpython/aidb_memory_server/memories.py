@@ -16,7 +16,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extensions, fusion, llm, reconciliation, validation
+from aidb_memory_server import db, extensions, fusion, keys, llm, reconciliation, validation
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -79,7 +79,7 @@ _EMBEDDED_MODELS = """
 SELECT w.embedding_model AS model, count(*) AS n
 FROM (
     SELECT m.embedding_model FROM aidb_memory.memory m
-    WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+    WHERE m.actor_key = $4 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
       AND m.embedding IS NOT NULL
     ORDER BY m.created_at DESC
     LIMIT $3
@@ -96,12 +96,18 @@ GROUP BY w.embedding_model
 # matching memories each text signal scores (config.search_max_ranked): ts_rank_cd costs up to
 # ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
 # with 100,000 of them is scored on a bounded sample, not on all of them. The fuzzy and any-word
-# tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row.
-# The text signals test the namespace with "m.namespace_id + 0": a filter on the rows the GIN
-# index finds by actor and words, not a key of that index scan. As a key it would merge the
-# namespace's whole posting list (every memory of the namespace) into the scan, which cost more
-# than the rest of the scan with 1,000,000 memories in one namespace (bench/README.md, (e)). The
-# price: an actor_id that many namespaces share is matched in all of them, then filtered.
+# tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row. $17 the actor's
+# key (keys.actor_key): every scan of memory is one actor's, by it.
+# The text signals find their rows on the GIN index (actor_key, tsv) by the key and the words;
+# the namespace and actor are tested on those rows, written "m.namespace_id + 0" and
+# "m.actor_id || ''" so that they are no index key: every btree index of memory leads with
+# actor_key too, and with the namespace and actor as keys the generic plan (which counts on an
+# average actor, a few rows, and takes the key and actor for independent) would scan the actor's
+# every current memory on memory_current_hash_idx and test the words on each: ~1 s for an actor
+# with 100,000 memories (bench/README.md, (e)). With the key alone a btree scan costs what an
+# average actor's memories cost, more than the GIN scan once actors have about 10 memories on
+# average (measured: GIN from 10, a btree at 5); below that, a plan made then scans a large actor's
+# memories on a btree until statistics change.
 # Each signal carries created_at, the last tie-breaker, so that only the best $4 memories are
 # fetched again, for what the caller gets.
 _SEARCH = """
@@ -111,7 +117,8 @@ WITH fts AS (
         SELECT m.id, m.created_at, ts_rank_cd(m.tsv, $3) AS rank
         FROM (
             SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
-            WHERE m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+            WHERE m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+              AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ $3
             LIMIT $16
@@ -126,7 +133,8 @@ WITH fts AS (
         FROM (
             SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
             WHERE $14::text IS NOT NULL
-              AND m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+              AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ (SELECT to_tsquery('simple', $14))
             LIMIT $16
@@ -144,7 +152,8 @@ WITH fts AS (
             SELECT m.id, m.created_at, m.embedding, m.session_id, m.agent_id
             FROM aidb_memory.memory m
             WHERE $7::real[] IS NOT NULL
-              AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.actor_key = $17 AND m.namespace_id = $1 AND m.actor_id = $2
+              AND m.valid_to IS NULL
               AND m.embedding IS NOT NULL AND m.embedding_model = $8
             ORDER BY m.created_at DESC
             LIMIT $12
@@ -167,7 +176,8 @@ WITH fts AS (
         FROM (
             SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
             WHERE (SELECT needed FROM recall)
-              AND m.namespace_id + 0 = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+              AND m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+              AND m.valid_to IS NULL
               AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
               AND m.tsv @@ (SELECT to_tsquery('simple', $15))
             LIMIT $16
@@ -195,17 +205,17 @@ SELECT m.public_id::text AS id, m.content,
        m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
 FROM best f
 CROSS JOIN attempted a
-JOIN aidb_memory.memory m ON m.id = f.id
+JOIN aidb_memory.memory m ON m.actor_key = $17 AND m.id = f.id
 ORDER BY f.total DESC, f.created_at DESC, f.id DESC
 """
 _SEARCH_TYPES = (
     *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
-    *("int", "int", "int", "int", "float8", "text", "text", "int"),
+    *("int", "int", "int", "int", "float8", "text", "text", "int", "bigint"),
 )
 
 
 def _query_embedding(
-    fn: str, ns: Namespace, actor: str, query: str
+    fn: str, ns: Namespace, actor: str, key: int, query: str
 ) -> tuple[list[float] | None, str | None]:
     """The query's embedding and its model when the vector signal applies, else (None, None).
 
@@ -216,7 +226,9 @@ def _query_embedding(
     model_name = ns.model_spec.get("embedding")
     if not model_name:
         return None, None
-    rows = db.execute(_EMBEDDED_MODELS, ("bigint", "text", "int"), (ns.id, actor, VECTOR_WINDOW))
+    rows = db.execute(
+        _EMBEDDED_MODELS, ("bigint", "text", "int", "bigint"), (ns.id, actor, VECTOR_WINDOW, key)
+    )
     stored = {r["model"]: int(r["n"]) for r in rows}
     others = sorted(m for m in stored if m != model_name)
     if others:
@@ -255,13 +267,15 @@ SELECT length(to_tsvector('simple', $1)) AS words,
        (SELECT count(*) FROM ts_parse('default', $1) AS t WHERE t.tokid <> 12) AS tokens
 """
 # With the tree, the query's words (lexemes, in order) and those the actor's memories never use
-# ($2 namespace, $3 actor), the misspelled ones: one probe of memory_word's primary key a word (a
-# correlated subquery, which the planner cannot turn into a hash join over the whole vocabulary).
+# ($2 namespace, $3 actor, $4 its key), the misspelled ones: one probe of memory_word's primary key
+# a word (a correlated subquery, which the planner cannot turn into a hash join over the whole
+# vocabulary).
 _QUERY_TREE = """
 SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words,
        ARRAY(SELECT u.word FROM unnest(w.words) AS u(word)
              WHERE (SELECT true FROM aidb_memory.memory_word e
-                    WHERE e.namespace_id = $2 AND e.actor_id = $3 AND e.word = u.word
+                    WHERE e.actor_key = $4 AND e.namespace_id = $2 AND e.actor_id = $3
+                      AND e.word = u.word
                     LIMIT 1) IS NULL
              ORDER BY u.word) AS unknown
 FROM websearch_to_tsquery('simple', $1) AS q,
@@ -273,7 +287,9 @@ _NODES_HINT = (
 )
 
 
-def _bounded_query(fn: str, ns: Namespace, actor: str, query: str) -> tuple[str | None, Any]:
+def _bounded_query(
+    fn: str, ns: Namespace, actor: str, key: int, query: str
+) -> tuple[str | None, Any]:
     """The query's tsquery (None: no lexemes) and its words (the row of _QUERY_TREE), once its
     cost is known to be within the namespace's caps (22023 naming the config key otherwise).
     Runs before any model is called: a query refused costs only this."""
@@ -303,7 +319,9 @@ def _bounded_query(fn: str, ns: Namespace, actor: str, query: str) -> tuple[str 
             f"has {tokens} words and operators, more than the namespace limit of {cap}",
             hint=_NODES_HINT,
         )
-    tree = db.execute(_QUERY_TREE, ("text", "bigint", "text"), (query, ns.id, actor))[0]
+    tree = db.execute(
+        _QUERY_TREE, ("text", "bigint", "text", "bigint"), (query, ns.id, actor, key)
+    )[0]
     nodes = int(tree["nodes"])
     if nodes > cap:
         raise invalid(
@@ -321,17 +339,20 @@ def _bounded_query(fn: str, ns: Namespace, actor: str, query: str) -> tuple[str 
 # each looked up by exact match on memory_word's primary key, best trigram similarity first; and
 # only for a word with none of those, the words most similar to it by trigrams (above
 # pg_trgm.similarity_threshold, pinned on the SQL function). At most $6 words each. pg_trgm's
-# schema goes where "@trgm@" is (extensions.trgm_sql). The namespace is a filter there, as in
-# _SEARCH: with it, the planner would scan the actor's whole vocabulary on the primary key and
-# compare every word (an average actor has few words), where the trigram index (actor, word)
-# reads only the words that share trigrams with the misspelled one.
+# schema goes where "@trgm@" is (extensions.trgm_sql). $7 the actor's key. The namespace and actor
+# are filters there, as in _SEARCH: as keys, the planner would scan the actor's whole vocabulary on
+# the primary key and compare every word, where the trigram index (actor_key, word) reads only the
+# words that share trigrams with the misspelled one. With the key alone the generic plan scans the
+# vocabulary on the primary key only while the average actor's is a few dozen words (bench (e):
+# ~0.3 ms for the 250 words of its actor).
 _NEAR_WORDS = """
 WITH hit AS (
     SELECT v.source, v.variant
     FROM unnest($4::text[], $5::text[]) AS v(source, variant)
     CROSS JOIN LATERAL (
         SELECT 1 FROM aidb_memory.memory_word x
-        WHERE x.namespace_id = $1 AND x.actor_id = $2 AND x.word = v.variant
+        WHERE x.actor_key = $7 AND x.namespace_id = $1 AND x.actor_id = $2
+          AND x.word = v.variant
         LIMIT 1
     ) AS x
 )
@@ -345,7 +366,7 @@ SELECT u.word,
            (SELECT array_agg(n.word ORDER BY n.sim DESC, n.word)
             FROM (SELECT v.word, "@trgm@".similarity(v.word, u.word) AS sim
                   FROM aidb_memory.memory_word v
-                  WHERE v.namespace_id + 0 = $1 AND v.actor_id = $2
+                  WHERE v.actor_key = $7 AND v.namespace_id + 0 = $1 AND v.actor_id || '' = $2
                     AND v.word OPERATOR("@trgm@".%) u.word
                   ORDER BY sim DESC, v.word
                   LIMIT $6) n),
@@ -356,7 +377,7 @@ NEAR_WORDS = 3
 
 
 def _word_queries(
-    namespace_id: int, actor: str, words: list[str], unknown: list[str]
+    namespace_id: int, actor: str, key: int, words: list[str], unknown: list[str]
 ) -> tuple[str | None, str | None]:
     """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery) for
     the query's ``words``, of which ``unknown`` no memory of the actor uses."""
@@ -365,8 +386,8 @@ def _word_queries(
         sources, variants = fusion.edit_lookups(unknown)
         rows = db.execute(
             extensions.trgm_sql(_NEAR_WORDS, "search"),
-            ("bigint", "text", "text[]", "text[]", "text[]", "int"),
-            (namespace_id, actor, unknown, sources, variants, NEAR_WORDS),
+            ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint"),
+            (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key),
         )
         near = {r["word"]: list(r["near"]) for r in rows}
     triples = [(w, w not in near, near.get(w, [])) for w in words]
@@ -390,9 +411,10 @@ def search(
         raise required(fn, "query")
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
-    tsquery, tree = _bounded_query(fn, ns, actor, query)
-    vector, model_name = _query_embedding(fn, ns, actor, query)
-    fuzzy, any_word = _word_queries(ns.id, actor, list(tree["words"]), list(tree["unknown"]))
+    key = keys.actor_key(ns.name, actor)
+    tsquery, tree = _bounded_query(fn, ns, actor, key, query)
+    vector, model_name = _query_embedding(fn, ns, actor, key, query)
+    fuzzy, any_word = _word_queries(ns.id, actor, key, list(tree["words"]), list(tree["unknown"]))
     signals = 1 + (vector is not None) + (fuzzy is not None)
     rows = db.execute(
         _SEARCH,
@@ -400,7 +422,7 @@ def search(
         (
             *(ns.id, actor, tsquery, n, sid, agent, vector, model_name),
             *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
-            ns.config["search_max_ranked"],
+            *(ns.config["search_max_ranked"], key),
         ),
     )
     return [dict(r) for r in rows]
@@ -414,8 +436,8 @@ SELECT m.public_id::text AS id, m.content, m.agent_id, m.session_id,
        s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
        to_json(m.updated_at) #>> '{}' AS updated_at
 FROM aidb_memory.memory m
-LEFT JOIN aidb_memory.memory s ON s.id = m.superseded_by
-WHERE m.namespace_id = $1 AND m.actor_id = $2
+LEFT JOIN aidb_memory.memory s ON s.actor_key = m.actor_key AND s.id = m.superseded_by
+WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2
   AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
   AND ($5 OR m.valid_to IS NULL)
 ORDER BY m.created_at DESC, m.id DESC
@@ -438,8 +460,8 @@ def list_memories(
     n = _limit(fn, limit, LIST_DEFAULT, LIST_MAX)
     rows = db.execute(
         _LIST,
-        ("bigint", "text", "text", "text", "boolean", "int"),
-        (ns.id, actor, sid, agent, bool(include_superseded), n),
+        ("bigint", "text", "text", "text", "boolean", "int", "bigint"),
+        (ns.id, actor, sid, agent, bool(include_superseded), n, keys.actor_key(ns.name, actor)),
     )
     return [dict(r) for r in rows]
 
@@ -448,23 +470,32 @@ def list_memories(
 
 # What a selector names, in one statement each: $1 namespace, $2 actor, $3 session_id,
 # $4 agent_id, $5 the selector's value, $6 namespace name, $7 subject hash, $8 reason,
-# $9 selector kind. The deleted memories' history goes with them (ON DELETE CASCADE); their text
-# is also blanked where the history of the actor's other memories quotes it (a fact that
-# superseded or was superseded by one deleted), unless a remaining memory still holds it.
+# $9 selector kind, $10 the actor's key. The deleted memories' history goes with them (ON DELETE
+# CASCADE); their text is also blanked where the history of the actor's other memories quotes it
+# (a fact that superseded or was superseded by one deleted), unless a remaining memory still
+# holds it. A remaining memory superseded by a deleted one no longer names it (superseded_by: the
+# foreign key is NO ACTION, Citus refuses SET NULL between distributed tables; migration 0015).
 _DELETE = """
 WITH d AS (
     DELETE FROM aidb_memory.memory m
-    WHERE m.namespace_id = $1 AND m.actor_id = $2
+    WHERE m.actor_key = $10 AND m.namespace_id = $1 AND m.actor_id = $2
       AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
       AND {condition}
     RETURNING m.id, m.content
+), unlink AS (
+    UPDATE aidb_memory.memory x SET superseded_by = NULL
+    WHERE x.actor_key = $10 AND x.superseded_by IN (SELECT id FROM d)
+      AND x.id NOT IN (SELECT id FROM d)
+    RETURNING 1
 ), h AS (
-    SELECT count(*) AS n FROM aidb_memory.memory_history x WHERE x.memory_id IN (SELECT id FROM d)
+    SELECT count(*) AS n FROM aidb_memory.memory_history x
+    WHERE x.actor_key = $10 AND x.memory_id IN (SELECT id FROM d)
 ), gone AS (
     SELECT DISTINCT d.content FROM d
     WHERE NOT EXISTS (
         SELECT 1 FROM aidb_memory.memory r
-        WHERE r.namespace_id = $1 AND r.actor_id = $2 AND r.content = d.content
+        WHERE r.actor_key = $10 AND r.namespace_id = $1 AND r.actor_id = $2
+          AND r.content = d.content
           AND r.id NOT IN (SELECT id FROM d))
 ), scrub AS (
     UPDATE aidb_memory.memory_history x
@@ -472,7 +503,8 @@ WITH d AS (
                            ELSE x.old_content END,
         new_content = CASE WHEN x.new_content IN (SELECT content FROM gone) THEN NULL
                            ELSE x.new_content END
-    WHERE x.namespace_id = $1 AND x.actor_id = $2 AND x.memory_id NOT IN (SELECT id FROM d)
+    WHERE x.actor_key = $10 AND x.namespace_id = $1 AND x.actor_id = $2
+      AND x.memory_id NOT IN (SELECT id FROM d)
       AND (x.old_content IN (SELECT content FROM gone)
            OR x.new_content IN (SELECT content FROM gone))
     RETURNING 1
@@ -552,43 +584,66 @@ def delete(
     sid, agent = _filters(fn, ns, session_id, agent_id)
     kind, value = _selector(fn, selector)
     why = _reason(fn, reason)
-    reconciliation.lock_actor(ns.id, actor)  # not while a worker reconciles this actor
+    key = keys.actor_key(ns.name, actor)
+    reconciliation.lock_actor(ns.id, actor, key)  # not while a worker reconciles this actor
     rows = db.execute(
         _DELETES[kind],
-        ("bigint", "text", "text", "text", _VALUE_TYPES[kind], "text", "text", "text", "text"),
-        (ns.id, actor, sid, agent, value, ns.name, subject_hash(ns.name, actor), why, kind),
+        (
+            *("bigint", "text", "text", "text", _VALUE_TYPES[kind]),
+            *("text", "text", "text", "text", "bigint"),
+        ),
+        (
+            *(ns.id, actor, sid, agent, value, ns.name, subject_hash(ns.name, actor), why),
+            *(kind, key),
+        ),
     )
     return int(rows[0]["n"])
 
 
 # --- forget ------------------------------------------------------------------------------------
 
-# Sessions take their turns and summaries with them (ON DELETE CASCADE), and with them every
-# handoff of the actor: a session's prev_handoff only ever comes from the same actor's sessions.
+# The actor's events, locked first: that waits for a worker extracting one (it holds the row), and
+# only then forget takes the actor's lock, which that worker takes to reconcile: never the other
+# way round. They are deleted last, after what refers to them (turns, memories and their history:
+# those foreign keys are NO ACTION, migration 0015). Sessions take their turns and summaries with
+# them (ON DELETE CASCADE), and with them every handoff of the actor: a session's prev_handoff only
+# ever comes from the same actor's sessions.
+_FORGET_LOCK_EVENTS = """
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM aidb_memory.event
+    WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+    FOR UPDATE
+) e
+"""
 _FORGET_SUMMARIES = """
 SELECT count(*) AS n FROM aidb_memory.summary x
-JOIN aidb_memory.session s ON s.id = x.session_ref
-WHERE s.namespace_id = $1 AND s.actor_id = $2
+JOIN aidb_memory.session s ON s.actor_key = x.actor_key AND s.id = x.session_ref
+WHERE x.actor_key = $3 AND s.actor_key = $3 AND s.namespace_id = $1 AND s.actor_id = $2
 """
 _FORGET_SESSIONS = """
 WITH s AS (
-    DELETE FROM aidb_memory.session WHERE namespace_id = $1 AND actor_id = $2
+    DELETE FROM aidb_memory.session WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
     RETURNING next_seq - 1 AS turns
 )
 SELECT count(*) AS sessions, coalesce(sum(turns), 0) AS turns FROM s
 """
 _FORGET_HISTORY = """
-WITH h AS (DELETE FROM aidb_memory.memory_history WHERE namespace_id = $1 AND actor_id = $2
+WITH h AS (DELETE FROM aidb_memory.memory_history
+           WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
            RETURNING 1)
 SELECT count(*) AS n FROM h
 """
 _FORGET_MEMORIES = """
-WITH m AS (DELETE FROM aidb_memory.memory WHERE namespace_id = $1 AND actor_id = $2 RETURNING 1)
+WITH m AS (DELETE FROM aidb_memory.memory
+           WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+           RETURNING 1)
 SELECT count(*) AS n FROM m
 """
 # Events hold the turns of adds without a session and every idempotency key.
 _FORGET_EVENTS = """
-WITH e AS (DELETE FROM aidb_memory.event WHERE namespace_id = $1 AND actor_id = $2 RETURNING 1)
+WITH e AS (DELETE FROM aidb_memory.event
+           WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+           RETURNING 1)
 SELECT count(*) AS n FROM e
 """
 _AUDIT = """
@@ -602,22 +657,23 @@ def forget(namespace_name: str | None, actor_id: str | None, reason: str | None)
     fn = "forget"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     why = _reason(fn, reason)
-    ids = ("bigint", "text")
-    # Events first: deleting one waits for a worker that is extracting it (it holds the row), and
-    # only then the actor's lock, which that worker takes to reconcile: never the other way round.
-    events = int(db.execute(_FORGET_EVENTS, ids, (ns.id, actor))[0]["n"])
-    reconciliation.lock_actor(ns.id, actor)
-    summaries = int(db.execute(_FORGET_SUMMARIES, ids, (ns.id, actor))[0]["n"])
-    sessions = db.execute(_FORGET_SESSIONS, ids, (ns.id, actor))[0]
+    ids = ("bigint", "text", "bigint")
+    key = keys.actor_key(ns.name, actor)
+    actor_ids = (ns.id, actor, key)
+    # The events' locks first, then the actor's (_FORGET_LOCK_EVENTS); the events go last.
+    db.execute(_FORGET_LOCK_EVENTS, ids, actor_ids)
+    reconciliation.lock_actor(ns.id, actor, key)
+    summaries = int(db.execute(_FORGET_SUMMARIES, ids, actor_ids)[0]["n"])
+    sessions = db.execute(_FORGET_SESSIONS, ids, actor_ids)[0]
     counts = {
         "sessions": int(sessions["sessions"]),
         "turns": int(sessions["turns"]),
         "summaries": summaries,
-        "memory_history": int(db.execute(_FORGET_HISTORY, ids, (ns.id, actor))[0]["n"]),
-        "memories": int(db.execute(_FORGET_MEMORIES, ids, (ns.id, actor))[0]["n"]),
-        "events": events,
+        "memory_history": int(db.execute(_FORGET_HISTORY, ids, actor_ids)[0]["n"]),
+        "memories": int(db.execute(_FORGET_MEMORIES, ids, actor_ids)[0]["n"]),
+        "events": int(db.execute(_FORGET_EVENTS, ids, actor_ids)[0]["n"]),
     }
-    reconciliation.drop_actor_lock(ns.id, actor)
+    reconciliation.drop_actor_lock(ns.id, actor, key)
     text = json.dumps(counts)
     db.execute(
         _AUDIT,
@@ -631,6 +687,7 @@ def forget(namespace_name: str | None, actor_id: str | None, reason: str | None)
 
 _LOCK_NAMESPACE = "SELECT id FROM aidb_memory.namespace WHERE name = $1 FOR UPDATE"
 _NAMESPACE_COUNTS = """
+-- spans actors: namespace_drop
 SELECT (SELECT count(*) FROM aidb_memory.session WHERE namespace_id = $1) AS sessions,
        (SELECT coalesce(sum(next_seq - 1), 0) FROM aidb_memory.session
         WHERE namespace_id = $1) AS turns,
@@ -643,7 +700,10 @@ SELECT (SELECT count(*) FROM aidb_memory.session WHERE namespace_id = $1) AS ses
 """
 # Sessions (turns, summaries), events, memories and their history go by ON DELETE CASCADE;
 # model_usage keeps its rows (no content) with namespace_id set to NULL.
-_DROP = "DELETE FROM aidb_memory.namespace WHERE id = $1"
+_DROP = """
+-- spans actors: namespace_drop
+DELETE FROM aidb_memory.namespace WHERE id = $1
+"""
 
 
 def namespace_drop(name: str | None, reason: str | None) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, extensions, extraction, identifiers
+from aidb_memory_server import db, extensions, extraction, identifiers, keys
 
 NEAR_DUPLICATE = 0.8
 RELATED_LIMIT = 20
@@ -48,19 +48,22 @@ class Memory:
     content: str
 
 
-# Current memories that share words with the event's turns, then the newest, up to the limit.
+# Current memories that share words with the event's turns, then the newest, up to the limit
+# ($5: the actor's key; every statement here names it, keys.actor_key). The words are found on the
+# GIN index (actor_key, tsv); the namespace and actor are no key of that scan, as in
+# memories._SEARCH (otherwise the generic plan scans all of a large actor's memories on a btree).
 _RELATED = """
 SELECT id, public_id::text AS public_id, content FROM (
     (SELECT m.id, m.public_id, m.content, 0 AS tier,
             ts_rank_cd(m.tsv, to_tsquery('simple', $3)) AS rank
      FROM aidb_memory.memory m
-     WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-       AND $3 <> '' AND m.tsv @@ to_tsquery('simple', $3)
+     WHERE m.actor_key = $5 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+       AND m.valid_to IS NULL AND $3 <> '' AND m.tsv @@ to_tsquery('simple', $3)
      ORDER BY rank DESC LIMIT $4)
     UNION ALL
     (SELECT m.id, m.public_id, m.content, 1, 0
      FROM aidb_memory.memory m
-     WHERE m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+     WHERE m.actor_key = $5 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
      ORDER BY m.created_at DESC LIMIT $4)
 ) AS c
 GROUP BY id, public_id, content
@@ -69,45 +72,58 @@ LIMIT $4
 """
 # The actor's lock row, once it exists (every call after the actor's first): one statement.
 _LOCK = """
-SELECT 1 FROM aidb_memory.actor_lock WHERE namespace_id = $1 AND actor_id = $2 FOR UPDATE
+SELECT 1 FROM aidb_memory.actor_lock
+WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+FOR UPDATE
 """
 # Otherwise create and lock it. DO UPDATE (not DO NOTHING) so that it always ends holding the row
 # lock: it waits for a concurrent creator, and after a concurrent forget deleted the row it
 # inserts a new one.
 _LOCK_NEW = """
-INSERT INTO aidb_memory.actor_lock (namespace_id, actor_id) VALUES ($1, $2)
-ON CONFLICT (namespace_id, actor_id) DO UPDATE SET actor_id = excluded.actor_id
+INSERT INTO aidb_memory.actor_lock (actor_key, namespace_id, actor_id) VALUES ($3, $1, $2)
+ON CONFLICT (actor_key, namespace_id, actor_id) DO UPDATE SET actor_id = excluded.actor_id
 """
+_LOCK_TYPES = ("bigint", "text", "bigint")
+# The namespace's name, for a caller that does not pass the actor's key (keys.actor_key).
+_NAMESPACE_NAME = "SELECT name FROM aidb_memory.namespace WHERE id = $1"
 # forget erases the actor's row too (it holds its lock); waiters then create a new one.
-_UNLOCK_FORGOTTEN = "DELETE FROM aidb_memory.actor_lock WHERE namespace_id = $1 AND actor_id = $2"
+_UNLOCK_FORGOTTEN = """
+DELETE FROM aidb_memory.actor_lock WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2
+"""
 # The exact duplicate first, then the near ones, most similar first; the caller keeps the first
 # with the same identifiers. pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
 _SAME = """
 SELECT id, public_id::text AS public_id, content, content_hash = $3 AS exact
 FROM aidb_memory.memory
-WHERE namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+WHERE actor_key = $7 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
   AND (content_hash = $3 OR "@trgm@".similarity(content, $4) >= $5)
 ORDER BY content_hash = $3 DESC, "@trgm@".similarity(content, $4) DESC, id
 LIMIT $6
 """
-_CURRENT = "SELECT content FROM aidb_memory.memory WHERE id = $1 AND valid_to IS NULL"
+_CURRENT = """
+SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND valid_to IS NULL
+"""
 _INSERT = """
 INSERT INTO aidb_memory.memory
-    (namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
+    (actor_key, namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
      embedding, embedding_model)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END)
+VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END)
 RETURNING id, public_id::text AS public_id
 """
 _CLOSE = """
 UPDATE aidb_memory.memory SET valid_to = now(), superseded_by = $2, updated_at = now()
-WHERE id = $1 AND valid_to IS NULL
+WHERE actor_key = $3 AND id = $1 AND valid_to IS NULL
+"""
+_CLOSE_TYPES = ("bigint", "bigint", "bigint")
+_SUPERSEDE = """
+UPDATE aidb_memory.memory SET superseded_by = $2 WHERE actor_key = $3 AND id = $1
 """
 _HISTORY = """
 INSERT INTO aidb_memory.memory_history
-    (memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+    (actor_key, memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content)
+VALUES ($8, $1, $2, $3, $4, $5, $6, $7)
 """
-_HISTORY_TYPES = ("bigint", "bigint", "text", "bigint", "text", "text", "text")
+_HISTORY_TYPES = ("bigint", "bigint", "text", "bigint", "text", "text", "text", "bigint")
 
 
 def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
@@ -121,26 +137,44 @@ def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
     return " | ".join(chosen)
 
 
-def lock_actor(namespace_id: int, actor_id: str) -> None:
+def _key(namespace_id: int, actor_id: str, key: int | None) -> int:
+    """The actor's key: ``key`` when the caller knows it (every API call and every event does),
+    else from the namespace's name (keys.actor_key), read by id."""
+    if key is not None:
+        return key
+    name = db.execute(_NAMESPACE_NAME, ("bigint",), (namespace_id,))[0]["name"]
+    return keys.actor_key(name, actor_id)
+
+
+def lock_actor(namespace_id: int, actor_id: str, key: int | None = None) -> None:
     """Serialize with every other change to this actor's memories, to the end of the
     transaction (reconciliation, delete, forget). Waits only for those, never for a foreign
-    session."""
-    if not db.execute(_LOCK, ("bigint", "text"), (namespace_id, actor_id)).nrows():
-        db.execute(_LOCK_NEW, ("bigint", "text"), (namespace_id, actor_id))
+    session. ``key``: the actor's (keys.actor_key), looked up when not given."""
+    ident = (namespace_id, actor_id, _key(namespace_id, actor_id, key))
+    if not db.execute(_LOCK, _LOCK_TYPES, ident).nrows():
+        db.execute(_LOCK_NEW, _LOCK_TYPES, ident)
 
 
-def drop_actor_lock(namespace_id: int, actor_id: str) -> None:
+def drop_actor_lock(namespace_id: int, actor_id: str, key: int | None = None) -> None:
     """forget: remove the actor's lock row (every trace goes), held until the end of the
     transaction like the lock itself."""
-    db.execute(_UNLOCK_FORGOTTEN, ("bigint", "text"), (namespace_id, actor_id))
+    db.execute(
+        _UNLOCK_FORGOTTEN, _LOCK_TYPES, (namespace_id, actor_id, _key(namespace_id, actor_id, key))
+    )
 
 
-def related(namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn]) -> list[Memory]:
-    """The actor's current memories the model is shown beside the turns."""
+def related(
+    namespace_id: int, actor_id: str, turns: Sequence[extraction.Turn], key: int | None = None
+) -> list[Memory]:
+    """The actor's current memories the model is shown beside the turns (``key``: the actor's,
+    the event's actor_key; looked up when not given)."""
     rows = db.execute(
         _RELATED,
-        ("bigint", "text", "text", "int"),
-        (namespace_id, actor_id, query_words(turns), RELATED_LIMIT),
+        ("bigint", "text", "text", "int", "bigint"),
+        (
+            *(namespace_id, actor_id, query_words(turns), RELATED_LIMIT),
+            _key(namespace_id, actor_id, key),
+        ),
     )
     return [Memory(int(r["id"]), r["public_id"], r["content"]) for r in rows]
 
@@ -156,27 +190,32 @@ def apply(
     ``vectors``: the embedding of each new text, by ``embedding_model`` (its registered name,
     which search compares with the namespace's)."""
     ns, actor, event_id = int(event["namespace_id"]), event["actor_id"], int(event["id"])
-    lock_actor(ns, actor)
+    found = event.get("actor_key")
+    key = _key(ns, actor, None if found is None else int(found))
+    lock_actor(ns, actor, key)
     out: dict[str, Any] = {
         k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
     }
 
     def history(memory_id: int, op: str, old: str | None, new: str | None) -> None:
-        db.execute(_HISTORY, _HISTORY_TYPES, (memory_id, ns, actor, event_id, op, old, new))
+        db.execute(_HISTORY, _HISTORY_TYPES, (memory_id, ns, actor, event_id, op, old, new, key))
 
     def store(text: str) -> tuple[int, bool]:
         """(memory id, whether it is new) for ``text``: an existing duplicate or a new row."""
         same = db.execute(
             extensions.trgm_sql(_SAME, "process_events"),
-            ("bigint", "text", "text", "text", "float4", "int"),
-            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE, NEAR_CANDIDATES),
+            ("bigint", "text", "text", "text", "float4", "int", "bigint"),
+            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE, NEAR_CANDIDATES, key),
         )
         for candidate in same:
             if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
                 return int(candidate["id"]), False
         row = db.execute(
             _INSERT,
-            ("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
+            (
+                *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
+                "bigint",
+            ),
             (
                 ns,
                 actor,
@@ -187,6 +226,7 @@ def apply(
                 event_id,
                 (vectors or {}).get(text),
                 embedding_model,
+                key,
             ),
         )[0]
         history(int(row["id"]), "add", None, text)
@@ -197,7 +237,7 @@ def apply(
         target = refs.get(op.target) if op.target else None
         old = None
         if target is not None:
-            current = db.execute(_CURRENT, ("bigint",), (target.id,))
+            current = db.execute(_CURRENT, ("bigint", "bigint"), (target.id, key))
             old = current[0]["content"] if current.nrows() else None
         if op.op == "add" or (op.op == "update" and old is None):
             assert op.text is not None
@@ -208,17 +248,13 @@ def apply(
                 out["duplicates"] += 1
                 continue
             # Close the old one first: the new content may be a near duplicate of it.
-            db.execute(_CLOSE, ("bigint", "bigint"), (target.id, None))
+            db.execute(_CLOSE, _CLOSE_TYPES, (target.id, None, key))
             new_id, _ = store(op.text)
-            db.execute(
-                "UPDATE aidb_memory.memory SET superseded_by = $2 WHERE id = $1",
-                ("bigint", "bigint"),
-                (target.id, new_id),
-            )
+            db.execute(_SUPERSEDE, _CLOSE_TYPES, (target.id, new_id, key))
             history(target.id, "supersede", old, op.text)
             out["updated"] += 1
         elif op.op == "invalidate" and target is not None and old is not None:
-            db.execute(_CLOSE, ("bigint", "bigint"), (target.id, None))
+            db.execute(_CLOSE, _CLOSE_TYPES, (target.id, None, key))
             history(target.id, "invalidate", old, None)
             out["invalidated"] += 1
     return out
