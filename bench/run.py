@@ -302,8 +302,7 @@ SEARCH = 'SELECT id, content FROM aidb_memory.search(%s, %s, %s, "limit" => 10)'
 # (e) reference: plain full text on the same rows, best ts_rank_cd first.
 SEARCH_REF = """
 SELECT public_id, content FROM aidb_memory.memory
-WHERE actor_key = %(key)s AND namespace_id = %(ns)s AND actor_id = %(actor)s
-  AND valid_to IS NULL AND tsv @@ websearch_to_tsquery('simple', %(q)s)
+WHERE actor_key = %(key)s AND valid_to IS NULL AND tsv @@ websearch_to_tsquery('simple', %(q)s)
 ORDER BY ts_rank_cd(tsv, websearch_to_tsquery('simple', %(q)s)) DESC
 LIMIT 10
 """

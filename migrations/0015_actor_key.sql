@@ -179,7 +179,8 @@ DROP INDEX aidb_memory.memory_current_hash_idx;
 CREATE UNIQUE INDEX memory_current_hash_idx
     ON aidb_memory.memory (actor_key, namespace_id, actor_id, content_hash) WHERE valid_to IS NULL;
 DROP INDEX aidb_memory.memory_actor_idx;
-CREATE INDEX memory_actor_idx ON aidb_memory.memory (actor_key, created_at);
+-- An actor's newest memories (reconciliation, the vector signal) by a backward index scan.
+CREATE INDEX memory_actor_idx ON aidb_memory.memory (actor_key, namespace_id, actor_id, created_at);
 DROP INDEX aidb_memory.memory_tsv_idx;
 CREATE INDEX memory_tsv_idx ON aidb_memory.memory USING gin (actor_key, tsv)
     WHERE valid_to IS NULL;

@@ -261,7 +261,9 @@ def event_process(
     said, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
     if not said:
         return _finish(event, "processed", reconciliation.EMPTY_RESULT)
-    existing = reconciliation.related(int(event["namespace_id"]), event["actor_id"], said)
+    existing = reconciliation.related(
+        int(event["namespace_id"]), event["actor_id"], said, int(event["actor_key"])
+    )
     refs = {f"m{i + 1}": m for i, m in enumerate(existing)}
     messages = extraction.prompt(
         said,
