@@ -30,10 +30,10 @@ was.
 - Every database statement runs in its own subtransaction (PL/Python's), so a database error
   becomes a warning and leaves nothing behind.
 - A cancelled statement is the one failure that is not turned into a warning: it ends the read.
-- Every statement is single-key (issue 15, docs/scaling.md): it filters on ``actor_key`` (each
-  function that takes a ``session_ref`` takes the actor's ``key`` right before it), so that a
-  distributed database routes it to the one shard that holds the actor. Only the namespace
-  (a reference table) is read without it.
+- Every statement is single-key (issue 15, docs/scaling.md): it filters on ``actor_key``, which
+  :func:`session_compact` computes from the namespace name and the actor (``keys.actor_key``);
+  each function that takes a ``session_ref`` takes the actor's ``key`` right before it. So a
+  distributed database routes every statement to the one shard that holds the actor.
 """
 
 from __future__ import annotations
@@ -57,22 +57,20 @@ if TYPE_CHECKING:
 
 QUERY_CANCELED = "57014"
 
-# The namespace (a reference table, no actor_key), and whether this transaction can write at all
-# (a READ ONLY transaction, a default_transaction_read_only session, a hot standby): a summary
-# that cannot be stored must not be paid for.
-_NAMESPACE = """
-SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm,
+# The session by the actor's key ($1: keys.actor_key of the namespace name and the actor,
+# computed in Python and passed, so that this and every later statement goes to the actor's one
+# shard), with its namespace (a reference table). With it, whether this transaction can write at
+# all (a READ ONLY transaction, a default_transaction_read_only session, a hot standby): a
+# summary that cannot be stored must not be paid for.
+_SESSION = """
+SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref,
+       s.pinned_chars,
        pg_catalog.current_setting('transaction_read_only') = 'on'
        OR pg_catalog.pg_is_in_recovery() AS read_only
 FROM aidb_memory.namespace n
-WHERE n.name = $1
-"""
-# The session, by the actor's key: keys.actor_key of the namespace above and the actor, computed
-# in Python and passed, so that this and every later statement goes to the actor's one shard.
-_SESSION = """
-SELECT s.id AS ref, s.pinned_chars
-FROM aidb_memory.session s
-WHERE s.actor_key = $1 AND s.namespace_id = $2 AND s.actor_id = $3 AND s.session_id = $4
+JOIN aidb_memory.session s
+  ON s.actor_key = $1 AND s.namespace_id = n.id AND s.actor_id = $3 AND s.session_id = $4
+WHERE n.name = $2
 """
 # Never waits: a row locked by another compaction (or by a session_pop) is skipped.
 _TRY_LOCK = """
@@ -233,20 +231,18 @@ def session_compact(
     """Summarize the oldest unsummarized turns of a session; the warnings of the attempt
     (empty when a summary was written or none is needed any more). The read's plan has
     validated the arguments."""
-    found = db.execute(_NAMESPACE, ("text",), (namespace_name,))
-    if not found.nrows():
-        return []  # dropped since the plan was made
-    ns = found[0]
-    namespace_id = int(ns["id"])
-    key = keys.actor_key(namespace_id, actor_id)
+    key = keys.actor_key(namespace_name, actor_id)
     found = db.execute(
-        _SESSION, ("bigint", "bigint", "text", "text"), (key, namespace_id, actor_id, session_id)
+        _SESSION,
+        ("bigint", "text", "text", "text"),
+        (key, namespace_name, actor_id, session_id),
     )
     if not found.nrows():
         return []  # deleted since the plan was made
-    session = found[0]
-    session_ref = int(session["ref"])
-    pinned_chars = int(session["pinned_chars"])
+    ns = found[0]
+    namespace_id = int(ns["id"])
+    session_ref = int(ns["ref"])
+    pinned_chars = int(ns["pinned_chars"])
     config = validation.effective_config(json.loads(ns["config"]))
     budget = limit_chars  # what the worker compacts ahead for (_remember)
     if config["pin_instructions"]:
