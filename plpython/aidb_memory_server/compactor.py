@@ -30,6 +30,10 @@ was.
 - Every database statement runs in its own subtransaction (PL/Python's), so a database error
   becomes a warning and leaves nothing behind.
 - A cancelled statement is the one failure that is not turned into a warning: it ends the read.
+- Every statement is single-key (issue 15, docs/scaling.md): it filters on ``actor_key``, which
+  :func:`session_compact` computes from the namespace name and the actor (``keys.actor_key``);
+  each function that takes a ``session_ref`` takes the actor's ``key`` right before it. So a
+  distributed database routes every statement to the one shard that holds the actor.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import json
 
 import plpy
 
-from aidb_memory_server import compaction, db, validation
+from aidb_memory_server import compaction, db, keys, validation
 from aidb_memory_server.compaction import Source
 
 # llm is imported where a model is called, endpoints where an error is redacted, typing only by
@@ -53,33 +57,37 @@ if TYPE_CHECKING:
 
 QUERY_CANCELED = "57014"
 
-# With it, whether this transaction can write at all (a READ ONLY transaction, a
-# default_transaction_read_only session, a hot standby): a summary that cannot be stored must not
-# be paid for.
+# The session by the actor's key ($1: keys.actor_key of the namespace name and the actor,
+# computed in Python and passed, so that this and every later statement goes to the actor's one
+# shard), with its namespace (a reference table). With it, whether this transaction can write at
+# all (a READ ONLY transaction, a default_transaction_read_only session, a hot standby): a
+# summary that cannot be stored must not be paid for.
 _SESSION = """
 SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.id AS ref,
        s.pinned_chars,
        pg_catalog.current_setting('transaction_read_only') = 'on'
        OR pg_catalog.pg_is_in_recovery() AS read_only
 FROM aidb_memory.namespace n
-JOIN aidb_memory.session s ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
-WHERE n.name = $1
+JOIN aidb_memory.session s
+  ON s.actor_key = $1 AND s.namespace_id = n.id AND s.actor_id = $3 AND s.session_id = $4
+WHERE n.name = $2
 """
 # Never waits: a row locked by another compaction (or by a session_pop) is skipped.
 _TRY_LOCK = """
-SELECT session_ref FROM aidb_memory.compaction_lock WHERE session_ref = $1
+SELECT session_ref FROM aidb_memory.compaction_lock WHERE actor_key = $1 AND session_ref = $2
 FOR UPDATE SKIP LOCKED
 """
 # Skipped, or missing: a session that an older release created while 0007_locks was being
 # installed has no row. Inserting it holds it; a row that exists (held by another) is a conflict.
 _CREATE_LOCK = """
-INSERT INTO aidb_memory.compaction_lock (session_ref) VALUES ($1)
-ON CONFLICT (session_ref) DO NOTHING
+INSERT INTO aidb_memory.compaction_lock (actor_key, session_ref) VALUES ($1, $2)
+ON CONFLICT (actor_key, session_ref) DO NOTHING
 RETURNING session_ref
 """
 _DROP_ORPHAN = """
 DELETE FROM aidb_memory.compaction_lock
-WHERE session_ref = $1 AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1)
+WHERE actor_key = $1 AND session_ref = $2
+  AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE actor_key = $1 AND id = $2)
 """
 _STATE = """
 SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) > 0 AS open,
@@ -89,114 +97,127 @@ SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) 
 FROM aidb_memory.session s
 LEFT JOIN LATERAL (
     SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
-    WHERE x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+    WHERE x.actor_key = s.actor_key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
 ) m ON true
-WHERE s.id = $1
+WHERE s.actor_key = $1 AND s.id = $2
 """
-_OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+_OFFSET_OF = """
+SELECT char_offset FROM aidb_memory.turn WHERE actor_key = $1 AND session_ref = $2 AND seq = $3
+"""
 # The cut (compaction.choose_cut's rule, in SQL over the char offsets, so that a read never loads
 # the history it does not summarize). A cut before turn b is allowed when b starts a round
 # (rounds are contiguous: place_in_rounds gives round_start in seq order), b is past the first
-# unsummarized turn ($2 = the covered offset, $3 = the covered seq) and b is at or before the
-# newest round ($4), which a later add may extend. Of the allowed cuts: the first whose chars
-# before it reach three quarters ($5), within the input cap ($6); else the last within the cap;
+# unsummarized turn ($3 = the covered offset, $4 = the covered seq) and b is at or before the
+# newest round ($5), which a later add may extend. Of the allowed cuts: the first whose chars
+# before it reach three quarters ($6), within the input cap ($7); else the last within the cap;
 # else the first at all (a round larger than the cap). Each arm is one range of
 # turn_offset_idx that stops at its first match: at most the cap's turns are visited.
 _CUT = """
 SELECT coalesce(
     (SELECT t.seq FROM aidb_memory.turn t
-     WHERE t.session_ref = $1 AND t.char_offset >= $5 AND t.char_offset <= $6
-       AND t.char_offset > $2 AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     WHERE t.actor_key = $1 AND t.session_ref = $2
+       AND t.char_offset >= $6 AND t.char_offset <= $7
+       AND t.char_offset > $3 AND t.seq > $4 AND t.seq <= $5 AND t.round_start = t.seq
      ORDER BY t.char_offset, t.seq LIMIT 1),
     (SELECT t.seq FROM aidb_memory.turn t
-     WHERE t.session_ref = $1 AND t.char_offset > $2 AND t.char_offset <= $6
-       AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     WHERE t.actor_key = $1 AND t.session_ref = $2
+       AND t.char_offset > $3 AND t.char_offset <= $7
+       AND t.seq > $4 AND t.seq <= $5 AND t.round_start = t.seq
      ORDER BY t.char_offset DESC, t.seq DESC LIMIT 1),
     (SELECT t.seq FROM aidb_memory.turn t
-     WHERE t.session_ref = $1 AND t.char_offset > $2
-       AND t.seq > $3 AND t.seq <= $4 AND t.round_start = t.seq
+     WHERE t.actor_key = $1 AND t.session_ref = $2 AND t.char_offset > $3
+       AND t.seq > $4 AND t.seq <= $5 AND t.round_start = t.seq
      ORDER BY t.char_offset, t.seq LIMIT 1)
 ) AS next_round
 """
-_CUT_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint", "bigint")
-_NEXT_OFFSET = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+_CUT_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint")
+_NEXT_OFFSET = _OFFSET_OF
+_OFFSET_TYPES = ("bigint", "bigint", "bigint")
 # The turns to summarize when they fit in the input cap.
 _SOURCES = """
 SELECT seq, role, content, name, tool_calls::text AS tool_calls, tool_call_id, char_offset, chars,
        xmin::text AS version, item::text AS item, item_format
 FROM aidb_memory.turn
-WHERE session_ref = $1 AND seq > $2 AND seq <= $3
+WHERE actor_key = $1 AND session_ref = $2 AND seq > $3 AND seq <= $4
 ORDER BY seq
 """
-# A round larger than the cap: only its head (chars before $4) and its tail (chars from $5), the
+_SOURCES_TYPES = ("bigint", "bigint", "bigint", "bigint")
+# A round larger than the cap: only its head (chars before $5) and its tail (chars from $6), the
 # texts clipped in SQL, so that neither the backend's Python nor the request ever holds more than
 # the cap. Three index ranges: the head, the tail, and the one turn that may reach into the tail
 # from before it. A clipped turn's tool calls are left out (their JSON is not clipped).
 _CLIPPED_SOURCES = """
 WITH r AS (
     SELECT t.seq FROM aidb_memory.turn t
-    WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset < $4
+    WHERE t.actor_key = $1 AND t.session_ref = $2
+      AND t.seq > $3 AND t.seq <= $4 AND t.char_offset < $5
     UNION
     SELECT t.seq FROM aidb_memory.turn t
-    WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset >= $5
+    WHERE t.actor_key = $1 AND t.session_ref = $2
+      AND t.seq > $3 AND t.seq <= $4 AND t.char_offset >= $6
     UNION
     (SELECT t.seq FROM aidb_memory.turn t
-     WHERE t.session_ref = $1 AND t.seq > $2 AND t.seq <= $3 AND t.char_offset < $5
+     WHERE t.actor_key = $1 AND t.session_ref = $2
+       AND t.seq > $3 AND t.seq <= $4 AND t.char_offset < $6
      ORDER BY t.char_offset DESC, t.seq DESC LIMIT 1)
 )
 SELECT t.seq, t.role, t.name, t.tool_call_id, t.char_offset, t.chars, t.xmin::text AS version,
-       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.tool_calls::text END
+       CASE WHEN t.char_offset + t.chars <= $5 OR t.char_offset >= $6 THEN t.tool_calls::text END
            AS tool_calls,
-       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.item::text END
+       CASE WHEN t.char_offset + t.chars <= $5 OR t.char_offset >= $6 THEN t.item::text END
            AS item,
        t.item_format,
-       CASE WHEN t.char_offset + t.chars <= $4 OR t.char_offset >= $5 THEN t.content
-            WHEN t.char_offset < $4 AND t.char_offset + t.chars > $5
-                THEN pg_catalog.left(t.content, ($4 - t.char_offset)::int) || ' […] '
-                     || pg_catalog.right(t.content, (t.char_offset + t.chars - $5)::int)
-            WHEN t.char_offset < $4
-                THEN pg_catalog.left(t.content, ($4 - t.char_offset)::int) || ' […]'
-            ELSE '[…] ' || pg_catalog.right(t.content, (t.char_offset + t.chars - $5)::int)
+       CASE WHEN t.char_offset + t.chars <= $5 OR t.char_offset >= $6 THEN t.content
+            WHEN t.char_offset < $5 AND t.char_offset + t.chars > $6
+                THEN pg_catalog.left(t.content, ($5 - t.char_offset)::int) || ' […] '
+                     || pg_catalog.right(t.content, (t.char_offset + t.chars - $6)::int)
+            WHEN t.char_offset < $5
+                THEN pg_catalog.left(t.content, ($5 - t.char_offset)::int) || ' […]'
+            ELSE '[…] ' || pg_catalog.right(t.content, (t.char_offset + t.chars - $6)::int)
        END AS content
-FROM r JOIN aidb_memory.turn t ON t.session_ref = $1 AND t.seq = r.seq
-WHERE t.char_offset < $4 OR t.char_offset + t.chars > $5
+FROM r JOIN aidb_memory.turn t ON t.actor_key = $1 AND t.session_ref = $2 AND t.seq = r.seq
+WHERE t.char_offset < $5 OR t.char_offset + t.chars > $6
 ORDER BY t.seq
 """
-_CLIPPED_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint")
+_CLIPPED_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint", "bigint")
 # Written only if the covered turns are still those that were read (the last one is the same row
 # version: session_pop waits for this backend's compaction lock, so this is a second line of
 # defence) and the newest round starts after them.
 _STORE = """
 INSERT INTO aidb_memory.summary
-    (session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset, to_offset)
-SELECT $1, $2, $3, $3 - $2 + 1, $4, $5, $6, $7, $8
+    (actor_key, session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset,
+     to_offset)
+SELECT $1, $2, $3, $4, $4 - $3 + 1, $5, $6, $7, $8, $9
 FROM aidb_memory.session s
-WHERE s.id = $1 AND s.tail_round_start > $3
+WHERE s.actor_key = $1 AND s.id = $2 AND s.tail_round_start > $4
   AND EXISTS (SELECT 1 FROM aidb_memory.turn t
-              WHERE t.session_ref = $1 AND t.seq = $3 AND t.xmin::text = $9)
+              WHERE t.actor_key = $1 AND t.session_ref = $2 AND t.seq = $4
+                AND t.xmin::text = $10)
   AND NOT EXISTS (SELECT 1 FROM aidb_memory.summary x
-                  WHERE x.session_ref = $1 AND x.to_seq >= $2)
+                  WHERE x.actor_key = $1 AND x.session_ref = $2 AND x.to_seq >= $3)
 """
-_STORE_TYPES = ("bigint", "bigint", "bigint", "text", "int", "text", "bigint", "bigint", "text")
+_STORE_TYPES = ("bigint",) * 4 + ("text", "int", "text", "bigint", "bigint", "text")
 # The cool-down (migration 0012_compaction_cooldown): clock_timestamp, not now(), so that a long
 # transaction neither starts nor ends one early.
 _COOLING = """
 SELECT 1 FROM aidb_memory.compaction_failure
-WHERE session_ref = $1 AND model_name = $2
-  AND failed_at > pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $3)
+WHERE actor_key = $1 AND session_ref = $2 AND model_name = $3
+  AND failed_at > pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $4)
 """
 # Only for a session that is still there: a deleted one's row would never be removed.
 _FAILED = """
-INSERT INTO aidb_memory.compaction_failure (session_ref, model_name, failed_at)
-SELECT $1, $2, pg_catalog.clock_timestamp()
-WHERE EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1)
-ON CONFLICT (session_ref, model_name) DO UPDATE SET failed_at = excluded.failed_at
+INSERT INTO aidb_memory.compaction_failure (actor_key, session_ref, model_name, failed_at)
+SELECT $1, $2, $3, pg_catalog.clock_timestamp()
+WHERE EXISTS (SELECT 1 FROM aidb_memory.session WHERE actor_key = $1 AND id = $2)
+ON CONFLICT (actor_key, session_ref, model_name) DO UPDATE SET failed_at = excluded.failed_at
 """
-_RECOVERED = "DELETE FROM aidb_memory.compaction_failure WHERE session_ref = $1"
+_RECOVERED = """
+DELETE FROM aidb_memory.compaction_failure WHERE actor_key = $1 AND session_ref = $2
+"""
 _EXISTS = """
 SELECT pg_catalog.current_setting('transaction_read_only') = 'on'
        OR pg_catalog.pg_is_in_recovery() AS read_only,
-       EXISTS (SELECT 1 FROM aidb_memory.session WHERE id = $1) AS found
+       EXISTS (SELECT 1 FROM aidb_memory.session WHERE actor_key = $1 AND id = $2) AS found
 """
 
 
@@ -210,17 +231,24 @@ def session_compact(
     """Summarize the oldest unsummarized turns of a session; the warnings of the attempt
     (empty when a summary was written or none is needed any more). The read's plan has
     validated the arguments."""
-    found = db.execute(_SESSION, ("text", "text", "text"), (namespace_name, actor_id, session_id))
+    key = keys.actor_key(namespace_name, actor_id)
+    found = db.execute(
+        _SESSION,
+        ("bigint", "text", "text", "text"),
+        (key, namespace_name, actor_id, session_id),
+    )
     if not found.nrows():
         return []  # deleted since the plan was made
     ns = found[0]
+    namespace_id = int(ns["id"])
     session_ref = int(ns["ref"])
+    pinned_chars = int(ns["pinned_chars"])
     config = validation.effective_config(json.loads(ns["config"]))
     budget = limit_chars  # what the worker compacts ahead for (_remember)
     if config["pin_instructions"]:
         # The pinned instructions are returned beside every budgeted read and never summarized:
         # the budget that compaction works with is what they leave (as in the read's plan).
-        limit_chars -= int(ns["pinned_chars"])
+        limit_chars -= pinned_chars
         if limit_chars <= 0:
             return []
     target = compaction.target_chars(limit_chars)
@@ -237,7 +265,7 @@ def session_compact(
         return ["compaction_model_unavailable"]
     if ns["read_only"]:
         return ["compaction_read_only"]  # nowhere to store a summary: no model call
-    if cooling_down(session_ref, name, config):
+    if cooling_down(key, session_ref, name, config):
         return ["compaction_call_failed"]  # failed a moment ago: not again, and not waited on
     from aidb_memory_server import llm
 
@@ -248,12 +276,12 @@ def session_compact(
     if llm.key_refusal(model) is not None:
         return ["compaction_model_unavailable"]  # its key may not go to its endpoint
     if (
-        not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
-        and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
+        not db.execute(_TRY_LOCK, ("bigint", "bigint"), (key, session_ref)).nrows()
+        and not db.execute(_CREATE_LOCK, ("bigint", "bigint"), (key, session_ref)).nrows()
     ):
         return ["compaction_busy"]
     try:
-        warnings = _compact(int(ns["id"]), config, session_ref, limit_chars, target, model)
+        warnings = _compact(namespace_id, config, key, session_ref, limit_chars, target, model)
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise  # a cancel (or statement_timeout) ends the read, as it ends any statement
@@ -262,42 +290,45 @@ def session_compact(
     except Exception as e:
         _log(e)
         warnings = ["compaction_call_failed"]
-    _remember(session_ref, budget, limit_chars, config, int(ns["pinned_chars"]))
+    _remember(key, session_ref, budget, limit_chars, config, pinned_chars)
     if warnings:
-        _drop_lock_if_deleted(session_ref)
+        _drop_lock_if_deleted(key, session_ref)
     return warnings
 
 
-def still_due(session_ref: int, model_name: str, config: dict[str, Any]) -> str | None:
-    """Whether a compaction of session ``session_ref`` may call ``model_name`` now: ``None``, or
-    the warning that says why not. For a compaction that was decided earlier (a queued task,
-    :func:`compact_ahead`), asked before its model is loaded: the transaction can
-    store a summary (``compaction_read_only``), the session still exists (``compaction_busy``:
-    deleted meanwhile) and the model is not in its cool-down for this session
-    (``compaction_call_failed``). Whether the session still needs a summary (a pop or another
-    compaction since) is decided by :func:`_compact` from the state it reads under the lock."""
-    row = db.execute(_EXISTS, ("bigint",), (session_ref,))[0]
+def still_due(key: int, session_ref: int, model_name: str, config: dict[str, Any]) -> str | None:
+    """Whether a compaction of session ``session_ref`` (of the actor whose key is ``key``) may
+    call ``model_name`` now: ``None``, or the warning that says why not. For a compaction that
+    was decided earlier (a queued task, :func:`compact_ahead`), asked before its model is
+    loaded: the transaction can store a summary (``compaction_read_only``), the session still
+    exists (``compaction_busy``: deleted meanwhile) and the model is not in its cool-down for
+    this session (``compaction_call_failed``). Whether the session still needs a summary (a pop
+    or another compaction since) is decided by :func:`_compact` from the state it reads under
+    the lock."""
+    row = db.execute(_EXISTS, ("bigint", "bigint"), (key, session_ref))[0]
     if row["read_only"]:
         return "compaction_read_only"
     if not row["found"]:
         return "compaction_busy"
-    if cooling_down(session_ref, model_name, config):
+    if cooling_down(key, session_ref, model_name, config):
         return "compaction_call_failed"
     return None
 
 
-def cooling_down(session_ref: int, model_name: str, config: dict[str, Any]) -> bool:
+def cooling_down(key: int, session_ref: int, model_name: str, config: dict[str, Any]) -> bool:
     """Whether a compaction call of ``model_name`` for this session failed less than the
     namespace's ``compaction_cooldown_s`` ago (always false when that is 0). As of the caller's
     snapshot: a failure committed after a REPEATABLE READ transaction began is not seen."""
     seconds = int(config["compaction_cooldown_s"])
     if seconds <= 0:
         return False
-    cooling = db.execute(_COOLING, ("bigint", "text", "int"), (session_ref, model_name, seconds))
+    cooling = db.execute(
+        _COOLING, ("bigint", "bigint", "text", "int"), (key, session_ref, model_name, seconds)
+    )
     return bool(cooling.nrows())
 
 
-def record_failure(session_ref: int, model_name: str, config: dict[str, Any]) -> None:
+def record_failure(key: int, session_ref: int, model_name: str, config: dict[str, Any]) -> None:
     """Start the cool-down of ``model_name`` for this session after its compaction call failed
     (an HTTP error, a timeout, an unusable answer). Called outside any savepoint of ours, like
     the call's usage row, so it stays whatever the caller does next; visible to other backends
@@ -306,30 +337,30 @@ def record_failure(session_ref: int, model_name: str, config: dict[str, Any]) ->
     if int(config["compaction_cooldown_s"]) <= 0:
         return
     try:
-        db.execute(_FAILED, ("bigint", "text"), (session_ref, model_name))
+        db.execute(_FAILED, ("bigint", "bigint", "text"), (key, session_ref, model_name))
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise
         _log(e)
 
 
-def clear_failures(session_ref: int) -> None:
+def clear_failures(key: int, session_ref: int) -> None:
     """End the session's cool-downs: a summary was stored, its compaction works again. Never
     fails the caller (the summary is stored): a database error is logged, a cancel goes on."""
     try:
-        db.execute(_RECOVERED, ("bigint",), (session_ref,))
+        db.execute(_RECOVERED, ("bigint", "bigint"), (key, session_ref))
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise
         _log(e)
 
 
-def _drop_lock_if_deleted(session_ref: int) -> None:
+def _drop_lock_if_deleted(key: int, session_ref: int) -> None:
     # A session deleted while we held its lock row kept that row (the deletion skips a locked
     # one rather than wait for us): it goes now. Never fails the read.
     try:
         with plpy.subtransaction():
-            db.execute(_DROP_ORPHAN, ("bigint",), (session_ref,))
+            db.execute(_DROP_ORPHAN, ("bigint", "bigint"), (key, session_ref))
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise
@@ -347,6 +378,7 @@ def _log(e: BaseException) -> None:
 def _compact(
     namespace_id: int,
     config: dict[str, Any],
+    key: int,
     ref: int,
     limit_chars: int,
     target: int,
@@ -359,7 +391,7 @@ def _compact(
     # due: whether the state read under the lock still calls for a summary (a read:
     # compaction.needed; the worker: compaction.ahead_due). written: where the summary's range
     # goes once stored.
-    state = db.execute(_STATE, ("bigint",), (ref,))
+    state = db.execute(_STATE, ("bigint", "bigint"), (key, ref))
     if not state.nrows():
         # Deleted while we waited for its lock row (the deletion had removed it uncommitted):
         # the row we inserted goes again (session_compact drops it on any warning).
@@ -367,7 +399,7 @@ def _compact(
     s = state[0]
     end_seq = int(s["tail_round_start"]) if s["open"] else int(s["next_seq"])
     end_offset = (
-        int(db.execute(_OFFSET_OF, ("bigint", "bigint"), (ref, end_seq))[0]["char_offset"])
+        int(db.execute(_OFFSET_OF, _OFFSET_TYPES, (key, ref, end_seq))[0]["char_offset"])
         if s["open"]
         else int(s["total_chars"])
     )
@@ -384,6 +416,7 @@ def _compact(
         _CUT,
         _CUT_TYPES,
         (
+            key,
             ref,
             covered_offset,
             covered_seq,
@@ -397,15 +430,17 @@ def _compact(
     next_round = int(found[0]["next_round"])
     cut = next_round - 1
     cut_offset = int(
-        db.execute(_NEXT_OFFSET, ("bigint", "bigint"), (ref, next_round))[0]["char_offset"]
+        db.execute(_NEXT_OFFSET, _OFFSET_TYPES, (key, ref, next_round))[0]["char_offset"]
     )
     if cut_offset - covered_offset <= cap:
-        rows = list(db.execute(_SOURCES, ("bigint", "bigint", "bigint"), (ref, covered_seq, cut)))
+        rows = list(db.execute(_SOURCES, _SOURCES_TYPES, (key, ref, covered_seq, cut)))
     else:  # one round larger than the cap: its head and its tail
         head_end, tail_start = compaction.head_and_tail(covered_offset, cut_offset, cap)
         rows = list(
             db.execute(
-                _CLIPPED_SOURCES, _CLIPPED_TYPES, (ref, covered_seq, cut, head_end, tail_start)
+                _CLIPPED_SOURCES,
+                _CLIPPED_TYPES,
+                (key, ref, covered_seq, cut, head_end, tail_start),
             )
         )
     sources = [
@@ -426,15 +461,15 @@ def _compact(
     )
     if text is None:
         if warning == "compaction_call_failed":
-            record_failure(ref, model.name, config)
+            record_failure(key, ref, model.name, config)
         return [warning] if warning else []
     first, last = rows[0], rows[-1]
     with plpy.subtransaction():  # the savepoint of SPEC §3
-        stored = _store(ref, first, last, cut, text, model.name)
+        stored = _store(key, ref, first, last, cut, text, model.name)
     if not stored:
         # The session changed under us (a pop, or a compaction committed by another snapshot).
         return ["compaction_busy"]
-    clear_failures(ref)
+    clear_failures(key, ref)
     if written is not None:
         written.append({"from_seq": int(first["seq"]), "to_seq": cut, "chars": len(text)})
     if next_round < stop_seq and due(end_offset - cut_offset, len(text), limit_chars):
@@ -444,11 +479,12 @@ def _compact(
     return []
 
 
-def _store(ref: int, first: Any, last: Any, cut: int, text: str, model_name: str) -> bool:
+def _store(key: int, ref: int, first: Any, last: Any, cut: int, text: str, model_name: str) -> bool:
     stored = db.execute(
         _STORE,
         _STORE_TYPES,
         (
+            key,
             ref,
             int(first["seq"]),
             cut,
@@ -510,18 +546,24 @@ def _summarize(
 # (adding._LOCK_FOR_ADD) to queue a task. Only the holder of the session's compaction lock row
 # writes them (migration 0014_compaction_ahead), so writers never race.
 _REMEMBER = """
-INSERT INTO aidb_memory.compaction_ahead AS a (session_ref, read_budget, ahead_at)
-SELECT $1, $2,
+INSERT INTO aidb_memory.compaction_ahead AS a (actor_key, session_ref, read_budget, ahead_at)
+SELECT $1, $2, $3,
        greatest(coalesce((SELECT x.to_offset FROM aidb_memory.summary AS x
-                          WHERE x.session_ref = $1 ORDER BY x.to_seq DESC LIMIT 1), 0), $3) + $4
-ON CONFLICT (session_ref) DO UPDATE
+                          WHERE x.actor_key = $1 AND x.session_ref = $2
+                          ORDER BY x.to_seq DESC LIMIT 1), 0), $4) + $5
+ON CONFLICT (actor_key, session_ref) DO UPDATE
 SET read_budget = excluded.read_budget, ahead_at = excluded.ahead_at
 WHERE (a.read_budget, a.ahead_at) IS DISTINCT FROM (excluded.read_budget, excluded.ahead_at)
 """
 
 
 def _remember(
-    session_ref: int, budget: int, room_chars: int, config: dict[str, Any], pinned_chars: int
+    key: int,
+    session_ref: int,
+    budget: int,
+    room_chars: int,
+    config: dict[str, Any],
+    pinned_chars: int,
 ) -> None:
     """Record ``budget`` and the session's next ahead threshold (from its newest summary, as it
     now is) for the session whose compaction lock the caller holds. Never fails the read: a
@@ -532,8 +574,8 @@ def _remember(
         with plpy.subtransaction():
             db.execute(
                 _REMEMBER,
-                ("bigint", "int", "bigint", "bigint"),
-                (session_ref, budget, floor, compaction.ahead_chars(room_chars)),
+                ("bigint", "bigint", "int", "bigint", "bigint"),
+                (key, session_ref, budget, floor, compaction.ahead_chars(room_chars)),
             )
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
@@ -547,7 +589,7 @@ _SESSION_BY_REF = """
 SELECT n.id, n.config::text AS config, n.model_spec->>'llm' AS llm, s.pinned_chars
 FROM aidb_memory.session AS s
 JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id
-WHERE s.id = $1
+WHERE s.actor_key = $1 AND s.id = $2
 """
 # Warnings after which the task is an attempt that failed: a later one may succeed (the model
 # answers again, the other compaction is over). The others say that no summary can help now.
@@ -587,7 +629,7 @@ def _dropped(why: str, warnings: list[str] | None = None) -> AheadOutcome:
     return AheadOutcome("skipped", {"dropped": why, "warnings": warnings or []})
 
 
-def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
+def compact_ahead(key: int, session_ref: int, budget: int) -> AheadOutcome:
     """The worker's compaction task: summarize the session's oldest unsummarized turns for
     reads of ``budget`` chars, exactly as such a read would (the same checks, lock, cut, prompt,
     store and warnings), once its unsummarized chars pass the ahead threshold
@@ -595,7 +637,7 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
     (``FOR UPDATE SKIP LOCKED``), so a session deleted, or popped below the threshold, or
     compacted by a read meanwhile is dropped without a model call. The call is recorded in
     model_usage with purpose ``compaction_ahead``."""
-    found = db.execute(_SESSION_BY_REF, ("bigint",), (session_ref,))
+    found = db.execute(_SESSION_BY_REF, ("bigint", "bigint"), (key, session_ref))
     if not found.nrows():
         return _dropped("session_deleted")
     ns = found[0]
@@ -613,7 +655,7 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
     name = ns["llm"]
     if name is None:
         return _dropped("no_model", ["compaction_model_unavailable"])
-    why_not = still_due(session_ref, name, config)
+    why_not = still_due(key, session_ref, name, config)
     if why_not is not None:
         # Nowhere to store a summary, the session gone, or its model failed a moment ago: no
         # call; the next add past the threshold queues anew.
@@ -635,8 +677,8 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
             f'compaction_model_unavailable: the key of model "{name}" may not go to its endpoint',
         )
     if (
-        not db.execute(_TRY_LOCK, ("bigint",), (session_ref,)).nrows()
-        and not db.execute(_CREATE_LOCK, ("bigint",), (session_ref,)).nrows()
+        not db.execute(_TRY_LOCK, ("bigint", "bigint"), (key, session_ref)).nrows()
+        and not db.execute(_CREATE_LOCK, ("bigint", "bigint"), (key, session_ref)).nrows()
     ):
         return AheadOutcome("failed", {"warnings": ["compaction_busy"]}, "compaction_busy")
     written: list[dict[str, int]] = []
@@ -644,6 +686,7 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
         warnings = _compact(
             int(ns["id"]),
             config,
+            key,
             session_ref,
             room,
             target,
@@ -660,9 +703,9 @@ def compact_ahead(session_ref: int, budget: int) -> AheadOutcome:
     except Exception as e:
         _log(e)
         warnings = ["compaction_call_failed"]
-    _remember(session_ref, budget, room, config, pinned)
+    _remember(key, session_ref, budget, room, config, pinned)
     if warnings:
-        _drop_lock_if_deleted(session_ref)
+        _drop_lock_if_deleted(key, session_ref)
     result: dict[str, Any] = {"budget": budget, "warnings": warnings, "model": model.name}
     if written:
         return AheadOutcome("processed", {**result, "summary": written[0]})

@@ -41,7 +41,7 @@ def _generate(db: Database, contents_sql: str, n: int) -> None:
     db.sql(f"SELECT aidb_memory.session_start('{NS}', 'alice', NULL, 's')")
     db.sql(
         f"""
-        WITH s AS (SELECT id FROM aidb_memory.session WHERE session_id = 's'),
+        WITH s AS (SELECT id, actor_key FROM aidb_memory.session WHERE session_id = 's'),
         c AS (
             SELECT g AS seq, CASE WHEN mod(g, 2) = 1 THEN 'user' ELSE 'assistant' END AS role,
                    {contents_sql} AS content

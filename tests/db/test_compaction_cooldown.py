@@ -185,11 +185,14 @@ def test_the_cool_down_is_validated(db: Database, value: Any) -> None:
 def _still_due(conn: psycopg.Connection[Any], ref: int, model: str, cooldown_s: int = 60) -> Any:
     """compactor.still_due, called in this backend (the package is loaded by a first call)."""
     conn.execute("SELECT aidb_memory.session_list(%s, 'alice')", (NS,))
+    key = conn.execute("SELECT aidb_memory.actor_key(%s, 'alice')", (NS,)).fetchone()
+    assert key is not None
     conn.execute(
         f"""
         DO LANGUAGE plpython3u $$
         from aidb_memory_server import compactor
-        answer = compactor.still_due({ref}, {model!r}, {{"compaction_cooldown_s": {cooldown_s}}})
+        config = {{"compaction_cooldown_s": {cooldown_s}}}
+        answer = compactor.still_due({key[0]}, {ref}, {model!r}, config)
         plpy.execute("SELECT set_config('test.still_due', %s, false)" % plpy.quote_literal(
             answer or "due"))
         $$
