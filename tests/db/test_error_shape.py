@@ -57,7 +57,10 @@ CASES: dict[str, Case] = {
         WORKER_USER, "SELECT aidb_memory.event_claim(0, 5)", "22023", named="process_events"
     ),
     "event_error": Case(
-        WORKER_USER, "SELECT aidb_memory.event_error(1, 1, 0, 1, 'x')", "22023", named="process_events"
+        WORKER_USER,
+        "SELECT aidb_memory.event_error(1, 1, 0, 1, 'x')",
+        "22023",
+        named="process_events",
     ),
     "event_interrupted": Case(
         WORKER_USER,
