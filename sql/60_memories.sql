@@ -106,8 +106,7 @@ COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 'which the installation creates, is refused (55000). Errors: 22004, 22023 empty reason, 42704 '
 'unknown namespace, 55000.';
 
--- The vocabulary of memory_word follows the memories: statement triggers, so that a bulk insert
--- or erasure costs one statement each.
+-- The vocabulary of memory_word follows the memories, by triggers.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -118,14 +117,14 @@ SET debug_print_plan = off
 AS $$
 BEGIN
     INSERT INTO aidb_memory.memory_word (actor_key, namespace_id, actor_id, word)
-    SELECT DISTINCT a.actor_key, a.namespace_id, a.actor_id, w.word
-    FROM added AS a, unnest(tsvector_to_array(a.tsv)) AS w(word)
+    SELECT NEW.actor_key, NEW.namespace_id, NEW.actor_id, w.word
+    FROM unnest(tsvector_to_array(NEW.tsv)) AS w(word)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.memory_words_added() IS
-'Trigger (internal): adds the words of new memories to their actor''s vocabulary (memory_word).';
+'Trigger (internal): adds the words of a new memory to its actor''s vocabulary (memory_word).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_removed()
 RETURNS trigger
@@ -135,37 +134,32 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
-DECLARE
-    g record;
 BEGIN
     -- A word goes with the last memory of its actor that uses it: erasure leaves no word behind.
-    -- One statement per actor, by its key (that actor's words on memory_word's primary key, its
-    -- memories by actor_key); delete and forget erase one actor's. An actor whose namespace is
-    -- gone (namespace_drop) lost its words with it (their foreign key cascades).
-    FOR g IN
-        SELECT r.actor_key, r.namespace_id, r.actor_id, array_agg(DISTINCT w.word) AS words
-        FROM removed AS r, unnest(tsvector_to_array(r.tsv)) AS w(word)
-        GROUP BY r.actor_key, r.namespace_id, r.actor_id
-    LOOP
-        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM aidb_memory.namespace AS n
-                                  WHERE n.id = g.namespace_id);
-        DELETE FROM aidb_memory.memory_word AS v
-        WHERE v.actor_key = g.actor_key AND v.namespace_id = g.namespace_id
-          AND v.actor_id = g.actor_id AND v.word = ANY (g.words)
-          AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
-                          WHERE m.actor_key = g.actor_key AND m.namespace_id = g.namespace_id
-                            AND m.actor_id = g.actor_id
-                            AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
-    END LOOP;
+    -- An actor whose namespace is gone (namespace_drop) lost its words with it (their foreign
+    -- key cascades). After the deleting statement: the memories it deleted are gone by then.
+    IF NOT EXISTS (SELECT 1 FROM aidb_memory.namespace AS n WHERE n.id = OLD.namespace_id) THEN
+        RETURN NULL;
+    END IF;
+    DELETE FROM aidb_memory.memory_word AS v
+    WHERE v.actor_key = OLD.actor_key AND v.namespace_id = OLD.namespace_id
+      AND v.actor_id = OLD.actor_id AND v.word = ANY (tsvector_to_array(OLD.tsv))
+      AND NOT EXISTS (SELECT 1 FROM aidb_memory.memory AS m
+                      WHERE m.actor_key = OLD.actor_key AND m.namespace_id = OLD.namespace_id
+                        AND m.actor_id = OLD.actor_id
+                        AND m.tsv @@ to_tsquery('simple', quote_literal(v.word)));
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.memory_words_removed() IS
-'Trigger (internal): removes from memory_word the words no remaining memory of the actor uses.';
+'Trigger (internal): removes from memory_word the words of a deleted memory that no remaining '
+'memory of the actor uses.';
 
+-- Row triggers, each on its own row's actor (by its key): a distributed PostgreSQL (Citus) runs
+-- a trigger on the shard of its row, where only that actor's rows are at hand
+-- (docs/scaling.md). AFTER ROW triggers fire once the statement is done: a bulk erasure checks
+-- each word against what is left.
 CREATE OR REPLACE TRIGGER memory_words_added AFTER INSERT ON aidb_memory.memory
-    REFERENCING NEW TABLE AS added FOR EACH STATEMENT
-    EXECUTE FUNCTION aidb_memory.memory_words_added();
+    FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_added();
 CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE ON aidb_memory.memory
-    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
-    EXECUTE FUNCTION aidb_memory.memory_words_removed();
+    FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_removed();
