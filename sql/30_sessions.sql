@@ -58,6 +58,7 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     limit_turns integer,
     limit_items integer,
     caller text,
+    OUT actor_key bigint,
     OUT session_ref bigint,
     OUT lo_offset bigint,
     OUT lo_seq bigint,
@@ -214,7 +215,7 @@ BEGIN
                            min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
                                     ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
-                    WHERE t.session_ref = p.session_ref
+                    WHERE t.actor_key = p.actor_key AND t.session_ref = p.session_ref
                       AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
                       AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
                 ) AS f
@@ -236,7 +237,8 @@ BEGIN
                 SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
                        row_number() OVER (ORDER BY s.to_seq DESC) AS rank
                 FROM aidb_memory.summary AS s
-                WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
+                WHERE s.actor_key = p.actor_key AND s.session_ref = p.session_ref
+                  AND p.summary_room >= 0
             ) AS x
             WHERE x.used <= p.summary_room
               AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
@@ -382,7 +384,7 @@ BEGIN
                            min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
                                     ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
-                    WHERE t.session_ref = p.session_ref
+                    WHERE t.actor_key = p.actor_key AND t.session_ref = p.session_ref
                       AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
                       AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
                 ) AS f
@@ -404,7 +406,8 @@ BEGIN
                 SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
                        row_number() OVER (ORDER BY s.to_seq DESC) AS rank
                 FROM aidb_memory.summary AS s
-                WHERE s.session_ref = p.session_ref AND p.summary_room >= 0
+                WHERE s.actor_key = p.actor_key AND s.session_ref = p.session_ref
+                  AND p.summary_room >= 0
             ) AS x
             WHERE x.used <= p.summary_room
               AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
@@ -570,6 +573,7 @@ COMMENT ON FUNCTION aidb_memory.session_delete(text, text, text, text) IS
 'empty reason, 42704, 42501.';
 
 CREATE OR REPLACE VIEW aidb_memory.sessions AS
+-- spans actors: admin view
 SELECT n.name AS namespace, s.actor_id, s.session_id, s.agent_id, s.started_at, s.closed_at,
        s.next_seq - 1 AS turn_count, s.total_chars, s.prev_handoff, s.handoff, s.updated_at
 FROM aidb_memory.session AS s
@@ -578,6 +582,7 @@ COMMENT ON VIEW aidb_memory.sessions IS
 'Admins: every session with its counts and handoffs. API roles cannot read it.';
 
 CREATE OR REPLACE VIEW aidb_memory.events AS
+-- spans actors: admin view
 SELECT e.id AS event_id, e.public_id, e.correlation_id, e.namespace_id, e.actor_id, e.agent_id,
        e.session_id, e.idempotency_key, e.status, e.attempts, e.last_error, e.created_at,
        e.processed_at, e.kind

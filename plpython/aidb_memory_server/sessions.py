@@ -3,6 +3,8 @@
 Every statement is prepared once per connection (``db.execute``). ``add`` costs three statements
 on its common path (namespace, position allocation, one insert of event + turns + tail), a read
 two (its plan here, then one window query in SQL whose jsonb never passes through Python).
+Every statement on a per-actor table filters on the actor's key (issue 15): ``keys.actor_key`` of
+the namespace id and actor, passed as a parameter (a read takes the id from ``ids``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import time
 
 import plpy
 
-from aidb_memory_server import budget, compaction, db, validation
+from aidb_memory_server import budget, compaction, db, keys, validation
 from aidb_memory_server.errors import (
     INSUFFICIENT_PRIVILEGE,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -137,6 +139,13 @@ def identifier(
     return value
 
 
+# Per backend: each namespace's id as a call last saw it (check_namespace), from which a read
+# computes the actor's key before its one statement (session_read_plan), which checks that the
+# namespace still has this id. Bounded: cleared when it grows past _IDS_MAX names.
+ids: dict[str, int] = {}
+_IDS_MAX = 64
+
+
 def check_namespace(
     fn: str, name: str, row: Any, actor_id: str | None, *, writing: bool
 ) -> tuple[Namespace, str]:
@@ -148,6 +157,10 @@ def check_namespace(
             hint="an admin creates it with aidb_memory.init",
         )
     ns = Namespace(name, row)
+    if ids.get(name) != ns.id:
+        if len(ids) >= _IDS_MAX:
+            ids.clear()
+        ids[name] = ns.id
     actor = identifier(fn, "actor_id", actor_id, ns.setting("max_identifier_chars"))
     assert actor is not None
     if ns.setting("actor_binding") == "session_user" and actor != ns.caller:
@@ -178,17 +191,21 @@ def namespace(
 
 # --- session_start ---------------------------------------------------------------------------
 
+# Every statement on a per-actor table is single-key (issue 15, docs/scaling.md): it filters on
+# the actor's actor_key, computed here (keys.actor_key) and passed as a parameter, besides the
+# namespace and actor it always named (two actors' keys could collide).
+
 # Two statements rather than IS NOT DISTINCT FROM, so that both can use session_actor_idx.
 _PREV_HANDOFF = """
 SELECT handoff::text AS handoff FROM aidb_memory.session
-WHERE namespace_id = $1 AND actor_id = $2 AND agent_id = $3
+WHERE actor_key = $5 AND namespace_id = $1 AND actor_id = $2 AND agent_id = $3
   AND closed_at IS NOT NULL AND session_id <> $4
 ORDER BY closed_at DESC, id DESC
 LIMIT 1
 """
 _PREV_HANDOFF_NO_AGENT = """
 SELECT handoff::text AS handoff FROM aidb_memory.session
-WHERE namespace_id = $1 AND actor_id = $2 AND agent_id IS NULL
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND agent_id IS NULL
   AND closed_at IS NOT NULL AND session_id <> $3
 ORDER BY closed_at DESC, id DESC
 LIMIT 1
@@ -196,36 +213,42 @@ LIMIT 1
 # The session and its compaction lock row (migration 0007_locks), in one statement.
 _CREATE = """
 WITH s AS (
-    INSERT INTO aidb_memory.session (namespace_id, actor_id, session_id, agent_id, prev_handoff)
-    VALUES ($1, $2, $3, $4, $5::jsonb)
-    ON CONFLICT (namespace_id, actor_id, session_id) DO NOTHING
+    INSERT INTO aidb_memory.session
+        (actor_key, namespace_id, actor_id, session_id, agent_id, prev_handoff)
+    VALUES ($6, $1, $2, $3, $4, $5::jsonb)
+    ON CONFLICT (actor_key, namespace_id, actor_id, session_id) DO NOTHING
     RETURNING id
 )
-INSERT INTO aidb_memory.compaction_lock (session_ref) SELECT id FROM s
+INSERT INTO aidb_memory.compaction_lock (actor_key, session_ref) SELECT $6, id FROM s
 """
 _START_ROW = """
 SELECT session_id, to_json(started_at) #>> '{}' AS started_at,
        to_json(closed_at) #>> '{}' AS closed_at, prev_handoff::text AS prev_handoff
 FROM aidb_memory.session
-WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND session_id = $3
 """
 _NEW_UUID = "SELECT gen_random_uuid()::text AS id"
 
 
 def create_session(ns: Namespace, actor: str, session_id: str, agent_id: str | None) -> None:
+    key = keys.actor_key(ns.id, actor)
     if agent_id is None:
         prev = db.execute(
-            _PREV_HANDOFF_NO_AGENT, ("bigint", "text", "text"), (ns.id, actor, session_id)
+            _PREV_HANDOFF_NO_AGENT,
+            ("bigint", "text", "text", "bigint"),
+            (ns.id, actor, session_id, key),
         )
     else:
         prev = db.execute(
-            _PREV_HANDOFF, ("bigint", "text", "text", "text"), (ns.id, actor, agent_id, session_id)
+            _PREV_HANDOFF,
+            ("bigint", "text", "text", "text", "bigint"),
+            (ns.id, actor, agent_id, session_id, key),
         )
     handoff = prev[0]["handoff"] if prev.nrows() else None
     db.execute(
         _CREATE,
-        ("bigint", "text", "text", "text", "text"),
-        (ns.id, actor, session_id, agent_id, handoff),
+        ("bigint", "text", "text", "text", "text", "bigint"),
+        (ns.id, actor, session_id, agent_id, handoff, key),
     )
 
 
@@ -240,10 +263,11 @@ def session_start(
     sid = identifier(fn, "session_id", session_id, limit, optional=True)
     if sid is None:
         sid = db.execute(_NEW_UUID)[0]["id"]
-    rows = db.execute(_START_ROW, ("bigint", "text", "text"), (ns.id, actor, sid))
+    args = (ns.id, actor, sid, keys.actor_key(ns.id, actor))
+    rows = db.execute(_START_ROW, ("bigint", "text", "text", "bigint"), args)
     if not rows.nrows():
         create_session(ns, actor, sid, agent)
-        rows = db.execute(_START_ROW, ("bigint", "text", "text"), (ns.id, actor, sid))
+        rows = db.execute(_START_ROW, ("bigint", "text", "text", "bigint"), args)
     return [dict(rows[0])]
 
 
@@ -255,7 +279,10 @@ def one(rows: Any) -> Any:
 # --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
 
 # One statement for the namespace, the session and its newest summary (NULLs when there is no
-# such session).
+# such session). The actor's key ($4) comes from the namespace id the backend saw last ($5, ids):
+# the session is joined only while the namespace (looked up by name) still has that id; when it
+# has another one (not seen yet, or dropped and created again) the row says which, and the read
+# runs the statement again with it.
 _NAMESPACE_AND_SESSION = f"""
 SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
        s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
@@ -264,14 +291,18 @@ SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
        coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.session s
-       ON s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
+       ON n.id = $5 AND s.actor_key = $4 AND s.namespace_id = $5 AND s.actor_id = $2
+      AND s.session_id = $3
 LEFT JOIN LATERAL (
     SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
-    WHERE x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+    WHERE x.actor_key = $4 AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
 ) m ON true
 WHERE n.name = $1
 """
-_OFFSET_OF = "SELECT char_offset FROM aidb_memory.turn WHERE session_ref = $1 AND seq = $2"
+_NAMESPACE_AND_SESSION_TYPES = ("text", "text", "text", "bigint", "bigint")
+_OFFSET_OF = """
+SELECT char_offset FROM aidb_memory.turn WHERE actor_key = $1 AND session_ref = $2 AND seq = $3
+"""
 # A turn (alias t) as a read returns it; the read statement's window builds the same object in SQL
 # (sql/30_sessions.sql). The caller's own object goes around jsonb_strip_nulls, as it came.
 _TURN_ITEM = """jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.content,
@@ -286,9 +317,10 @@ _TURN_ITEM = """jsonb_build_object('seq', t.seq, 'role', t.role, 'content', t.co
 # subquery for them: an unused one still costs its executor setup on every read).
 _PINNED = f"""
 SELECT jsonb_agg({_TURN_ITEM} ORDER BY t.seq)::text AS items
-FROM aidb_memory.turn AS t WHERE t.session_ref = $1 AND t.seq <= $2
+FROM aidb_memory.turn AS t WHERE t.actor_key = $1 AND t.session_ref = $2 AND t.seq <= $3
 """
 _NO_SESSION: dict[str, Any] = {
+    "actor_key": None,
     "session_ref": None,
     "lo_offset": 0,
     "lo_seq": 0,
@@ -306,8 +338,9 @@ _NO_SESSION: dict[str, Any] = {
 }
 
 
-def _offset_of(session_ref: int, seq: int) -> int:
-    return int(db.execute(_OFFSET_OF, ("bigint", "bigint"), (session_ref, seq))[0]["char_offset"])
+def _offset_of(key: int, session_ref: int, seq: int) -> int:
+    rows = db.execute(_OFFSET_OF, ("bigint", "bigint", "bigint"), (key, session_ref, seq))
+    return int(rows[0]["char_offset"])
 
 
 READERS = ("session_get", "session_messages")
@@ -351,23 +384,29 @@ def session_read_plan(
     fn = caller if caller in READERS else "session_get"
     if namespace_name is None:
         raise required(fn, "namespace")
-    s = one(
-        db.execute(
-            _NAMESPACE_AND_SESSION, ("text", "text", "text"), (namespace_name, actor_id, session_id)
-        )
-    )
+    ns_id = ids.get(namespace_name)
+    key = None if ns_id is None or actor_id is None else keys.actor_key(ns_id, actor_id)
+    args = (namespace_name, actor_id, session_id, key, ns_id)
+    s = one(db.execute(_NAMESPACE_AND_SESSION, _NAMESPACE_AND_SESSION_TYPES, args))
+    if s is not None and actor_id is not None and s["id"] != ns_id:
+        # Not the namespace this backend saw (or none seen yet): again, with the key its id gives.
+        ns_id = int(s["id"])
+        key = keys.actor_key(ns_id, actor_id)
+        args = (namespace_name, actor_id, session_id, key, ns_id)
+        s = one(db.execute(_NAMESPACE_AND_SESSION, _NAMESPACE_AND_SESSION_TYPES, args))
     ns, _ = check_namespace(fn, namespace_name, s, actor_id, writing=False)
     identifier(fn, "session_id", session_id, ns.setting("max_identifier_chars"))
     budget.check_limits(fn, limit_chars, limit_turns, limit_items)
     if s["ref"] is None:
         return dict(_NO_SESSION)
+    assert key is not None  # the session was joined by it
     ref, next_seq = int(s["ref"]), int(s["next_seq"])
     warnings: list[str] = []
     end_offset, end_seq = int(s["total_chars"]), next_seq
     if s["open_calls"]:
         # A round whose tool calls have no results yet is not history a model can be sent.
         end_seq = int(s["tail_round_start"])
-        end_offset = _offset_of(ref, end_seq)
+        end_offset = _offset_of(key, ref, end_seq)
         warnings.append("tool_results_pending")
     budgeted = limit_chars is not None or limit_turns is not None or limit_items is not None
     pin_seq, pin_chars = 0, 0
@@ -376,6 +415,7 @@ def session_read_plan(
         if pin_seq >= end_seq:  # a pending round that began inside the prefix (a sequence_id)
             pin_seq, pin_chars = end_seq - 1, end_offset
     plan: dict[str, Any] = {
+        "actor_key": key,
         "session_ref": ref,
         "lo_offset": pin_chars,
         "lo_seq": pin_seq + 1,
@@ -393,7 +433,8 @@ def session_read_plan(
         "empty_warning": None,
     }
     if pin_seq:
-        plan["pinned"] = db.execute(_PINNED, ("bigint", "bigint"), (ref, pin_seq))[0]["items"]
+        pinned = db.execute(_PINNED, ("bigint", "bigint", "bigint"), (key, ref, pin_seq))
+        plan["pinned"] = pinned[0]["items"]
     # What each budget leaves after the pinned turns.
     room_chars = None if limit_chars is None else limit_chars - pin_chars
     room_turns = None if limit_turns is None else limit_turns - pin_seq
@@ -446,7 +487,7 @@ def session_read_plan(
     if room_count is not None:
         first = end_seq - room_count
         if first > lo_seq:
-            lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(ref, first), first))
+            lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(key, ref, first), first))
             summary_room = -1  # turns before the window are left out, so are their summaries
         elif room_items is not None and summary_room >= 0:
             # Summaries are items too: at most the slots the unsummarized turns leave.
@@ -461,7 +502,8 @@ def session_read_plan(
         # tool results keeps it out).
         empty = "newest_round_over_budget"
         if room_items is not None and (
-            room_chars is None or (_offset_of(ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
+            room_chars is None
+            or (_offset_of(key, ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
         ):
             empty = "limit_items_round_split"
         plan["empty_warning"] = empty
@@ -479,9 +521,10 @@ def session_read_plan(
 _LOCK_SESSION = """
 SELECT id, closed_at IS NOT NULL AS closed, next_seq, last_user_seq, tail_round_start
 FROM aidb_memory.session
-WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND session_id = $3
 FOR NO KEY UPDATE
 """
+_LOCK_SESSION_TYPES = ("bigint", "text", "text", "bigint")
 # The handoff is built from stored facts only (no model call), so it is deterministic.
 _CLOSE = """
 UPDATE aidb_memory.session s
@@ -495,18 +538,19 @@ SET closed_at = now(), updated_at = now(),
         'turn_count', s.next_seq - 1,
         'last_user_prompt',
             (SELECT t.content FROM aidb_memory.turn t
-             WHERE t.session_ref = s.id AND t.seq = s.last_user_seq),
+             WHERE t.actor_key = s.actor_key AND t.session_ref = s.id
+               AND t.seq = s.last_user_seq),
         'summary',
             (SELECT jsonb_build_object('content', m.content, 'from_seq', m.from_seq,
                                        'to_seq', m.to_seq, 'model', m.model)
-             FROM aidb_memory.summary m WHERE m.session_ref = s.id
+             FROM aidb_memory.summary m WHERE m.actor_key = s.actor_key AND m.session_ref = s.id
              ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))
-WHERE s.id = $1
+WHERE s.actor_key = $3 AND s.id = $1
 RETURNING handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
 """
 _STORED_HANDOFF = """
 SELECT handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
-FROM aidb_memory.session WHERE id = $1
+FROM aidb_memory.session WHERE actor_key = $2 AND id = $1
 """
 
 
@@ -519,19 +563,20 @@ def session_end(
     sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
     if notes is not None and len(notes) > ns.config["max_turn_chars"]:
         raise invalid(fn, "notes", f"is longer than {ns.config['max_turn_chars']} characters")
-    rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
+    key = keys.actor_key(ns.id, actor)
+    rows = db.execute(_LOCK_SESSION, _LOCK_SESSION_TYPES, (ns.id, actor, sid, key))
     if not rows.nrows():
         return []
     ref = rows[0]["id"]
     if rows[0]["closed"]:
-        return [dict(db.execute(_STORED_HANDOFF, ("bigint",), (ref,))[0])]
-    return [dict(db.execute(_CLOSE, ("bigint", "text"), (ref, notes))[0])]
+        return [dict(db.execute(_STORED_HANDOFF, ("bigint", "bigint"), (ref, key))[0])]
+    return [dict(db.execute(_CLOSE, ("bigint", "text", "bigint"), (ref, notes, key))[0])]
 
 
 # --- session_pop -------------------------------------------------------------------------------
 
 _POP = f"""
-DELETE FROM aidb_memory.turn t WHERE t.session_ref = $1 AND t.seq = $2
+DELETE FROM aidb_memory.turn t WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
 RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
 """
 # The session's compaction lock row (migration 0007_locks). Taken before the session row: the
@@ -540,8 +585,8 @@ RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
 # a compaction in flight holds it for its model call, and a pop must not wait on a slow model.
 _COMPACTION_LOCK = """
 SELECT l.session_ref FROM aidb_memory.session s
-JOIN aidb_memory.compaction_lock l ON l.session_ref = s.id
-WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
+JOIN aidb_memory.compaction_lock l ON l.actor_key = s.actor_key AND l.session_ref = s.id
+WHERE s.actor_key = $4 AND s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
 FOR UPDATE OF l NOWAIT
 """
 # How long session_pop waits for a compaction of its session in flight (the caller's
@@ -559,33 +604,38 @@ _SLEEP = "SELECT pg_catalog.pg_sleep($1)"
 # The session has no lock row (an older release created it while 0007_locks was being
 # installed), or no session: create the row and hold it, or wait for whoever holds it.
 _CREATE_COMPACTION_LOCK = """
-INSERT INTO aidb_memory.compaction_lock (session_ref)
-SELECT s.id FROM aidb_memory.session s
-WHERE s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
-ON CONFLICT (session_ref) DO UPDATE SET session_ref = excluded.session_ref
+INSERT INTO aidb_memory.compaction_lock (actor_key, session_ref)
+SELECT $4, s.id FROM aidb_memory.session s
+WHERE s.actor_key = $4 AND s.namespace_id = $1 AND s.actor_id = $2 AND s.session_id = $3
+ON CONFLICT (actor_key, session_ref) DO UPDATE SET session_ref = excluded.session_ref
 RETURNING session_ref
 """
-_DROP_LOCK_ROW = "DELETE FROM aidb_memory.compaction_lock WHERE session_ref = $1"
-_DROP_COVERING = "DELETE FROM aidb_memory.summary WHERE session_ref = $1 AND to_seq >= $2"
+_DROP_LOCK_ROW = "DELETE FROM aidb_memory.compaction_lock WHERE actor_key = $2 AND session_ref = $1"
+_DROP_COVERING = """
+DELETE FROM aidb_memory.summary WHERE actor_key = $3 AND session_ref = $1 AND to_seq >= $2
+"""
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
 # without its own carries that of the turn before it.
 _TAIL_TURN = """
 SELECT t.round_start,
        (SELECT e.meta->>'sequence_id' FROM aidb_memory.turn e
-        WHERE e.session_ref = $1 AND e.seq <= $2
+        WHERE e.actor_key = t.actor_key AND e.session_ref = $1 AND e.seq <= $2
           AND (e.role <> 'tool' OR e.meta->>'sequence_id' IS NOT NULL)
         ORDER BY e.seq DESC LIMIT 1) AS sequence_id
 FROM aidb_memory.turn t
-WHERE t.session_ref = $1 AND t.seq = $2
+WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
 """
 # The newest round, replayed through the tool-call protocol to find what it leaves open.
 _ROUND = """
 SELECT role, content, kind, name, tool_calls::text AS tool_calls, tool_call_id,
        item::text AS item, item_format
-FROM aidb_memory.turn WHERE session_ref = $1 AND seq >= $2 AND seq <= $3
+FROM aidb_memory.turn WHERE actor_key = $4 AND session_ref = $1 AND seq >= $2 AND seq <= $3
 ORDER BY seq
 """
-_LAST_USER = "SELECT max(seq) AS seq FROM aidb_memory.turn WHERE session_ref = $1 AND role = 'user'"
+_LAST_USER = """
+SELECT max(seq) AS seq FROM aidb_memory.turn
+WHERE actor_key = $2 AND session_ref = $1 AND role = 'user'
+"""
 _SET_TAIL = """
 UPDATE aidb_memory.session
 SET next_seq = $2, total_chars = total_chars - $3, tail_sequence_id = $4, tail_round_start = $5,
@@ -594,11 +644,11 @@ SET next_seq = $2, total_chars = total_chars - $3, tail_sequence_id = $4, tail_r
     -- Popping a turn of the instructions prefix (then every turn is one) shortens it.
     pinned_seq = least(pinned_seq, $2 - 1),
     pinned_chars = CASE WHEN pinned_seq >= $2 THEN pinned_chars - $3 ELSE pinned_chars END
-WHERE id = $1
+WHERE actor_key = $10 AND id = $1
 """
 
 
-def _tail_after_pop(ref: int, last: int) -> turns.Tail:
+def _tail_after_pop(key: int, ref: int, last: int) -> turns.Tail:
     """The session's tail once ``last`` is its newest turn: its round replayed through the
     protocol (a round starts where no call is open, so it replays from an empty tail)."""
     import json
@@ -607,7 +657,7 @@ def _tail_after_pop(ref: int, last: int) -> turns.Tail:
 
     if last < 1:
         return turns.Tail()
-    tail = db.execute(_TAIL_TURN, ("bigint", "bigint"), (ref, last))[0]
+    tail = db.execute(_TAIL_TURN, ("bigint", "bigint", "bigint"), (ref, last, key))[0]
     round_start = int(tail["round_start"])
     batch = [
         turns.Turn(
@@ -623,7 +673,9 @@ def _tail_after_pop(ref: int, last: int) -> turns.Tail:
             None if r["item"] is None else json.loads(r["item"]),
             r["item_format"] or "chat",
         )
-        for r in db.execute(_ROUND, ("bigint", "bigint", "bigint"), (ref, round_start, last))
+        for r in db.execute(
+            _ROUND, ("bigint", "bigint", "bigint", "bigint"), (ref, round_start, last, key)
+        )
     ]
     sequence_ids = [tail["sequence_id"]] * len(batch)
     after = turns.next_tail("session_pop", batch, turns.Tail(), sequence_ids, [round_start])
@@ -632,15 +684,15 @@ def _tail_after_pop(ref: int, last: int) -> turns.Tail:
     )
 
 
-def _hold_compaction_lock(namespace_id: int, actor: str, sid: str) -> Any:
+def _hold_compaction_lock(namespace_id: int, actor: str, sid: str, key: int) -> Any:
     """The session's compaction lock row, locked (no row: none, or no session). A compaction in
     flight holds it: tried again every 50 ms for POP_WAIT_S, or the caller's ``lock_timeout``
     when shorter, then 55P03. Each failed try is PL/Python's own subtransaction: nothing stays."""
-    args = (namespace_id, actor, sid)
+    args = (namespace_id, actor, sid, key)
     deadline: float | None = None
     while True:
         try:
-            return db.execute(_COMPACTION_LOCK, ("bigint", "text", "text"), args)
+            return db.execute(_COMPACTION_LOCK, _LOCK_SESSION_TYPES, args)
         except plpy.SPIError as e:
             if e.sqlstate != LOCK_NOT_AVAILABLE:
                 raise
@@ -669,13 +721,15 @@ def session_pop(
     assert sid is not None
     # First the compaction lock: it waits (boundedly) for a compaction of this session in
     # flight, which must not summarize a popped turn; then the session row.
-    held = _hold_compaction_lock(ns.id, actor, sid)
+    key = keys.actor_key(ns.id, actor)
+    args = (ns.id, actor, sid, key)
+    held = _hold_compaction_lock(*args)
     if not held.nrows():
-        held = db.execute(_CREATE_COMPACTION_LOCK, ("bigint", "text", "text"), (ns.id, actor, sid))
-    rows = db.execute(_LOCK_SESSION, ("bigint", "text", "text"), (ns.id, actor, sid))
+        held = db.execute(_CREATE_COMPACTION_LOCK, _LOCK_SESSION_TYPES, args)
+    rows = db.execute(_LOCK_SESSION, _LOCK_SESSION_TYPES, args)
     if not rows.nrows():
         if held.nrows():  # deleted while we waited: its deletion skipped the row we held
-            db.execute(_DROP_LOCK_ROW, ("bigint",), (held[0]["session_ref"],))
+            db.execute(_DROP_LOCK_ROW, ("bigint", "bigint"), (held[0]["session_ref"], key))
         return None
     if int(rows[0]["next_seq"]) <= 1:
         return None
@@ -687,19 +741,22 @@ def session_pop(
             hint="a closed session keeps its history as it was handed off",
         )
     ref, seq = int(s["id"]), int(s["next_seq"]) - 1
-    popped = db.execute(_POP, ("bigint", "bigint"), (ref, seq))[0]
-    after = _tail_after_pop(ref, seq - 1)
+    popped = db.execute(_POP, ("bigint", "bigint", "bigint"), (ref, seq, key))[0]
+    after = _tail_after_pop(key, ref, seq - 1)
     round_start = after.round_start
     # A summary never covers the newest round, which the next add may extend: one that covers
     # the popped turn or the round that is now the newest goes.
     drop_from = seq if round_start is None else min(seq, round_start)
-    db.execute(_DROP_COVERING, ("bigint", "bigint"), (ref, drop_from))
+    db.execute(_DROP_COVERING, ("bigint", "bigint", "bigint"), (ref, drop_from, key))
     last_user = s["last_user_seq"]
     if last_user is not None and int(last_user) >= seq:
-        last_user = db.execute(_LAST_USER, ("bigint",), (ref,))[0]["seq"]
+        last_user = db.execute(_LAST_USER, ("bigint", "bigint"), (ref, key))[0]["seq"]
     db.execute(
         _SET_TAIL,
-        ("bigint", "bigint", "bigint", "text", "bigint", "text[]", "bigint", "boolean", "text"),
+        (
+            *("bigint", "bigint", "bigint", "text", "bigint", "text[]", "bigint", "boolean"),
+            *("text", "bigint"),
+        ),
         (
             ref,
             seq,
@@ -710,6 +767,7 @@ def session_pop(
             last_user,
             after.joinable,
             after.last_type,
+            key,
         ),
     )
     return str(popped["item"])
@@ -722,7 +780,8 @@ SELECT session_id, agent_id, to_json(started_at) #>> '{}' AS started_at,
        to_json(closed_at) #>> '{}' AS closed_at, next_seq - 1 AS turn_count, total_chars,
        to_json(updated_at) #>> '{}' AS updated_at
 FROM aidb_memory.session
-WHERE namespace_id = $1 AND actor_id = $2 AND ($3::text IS NULL OR agent_id = $3)
+WHERE actor_key = $6 AND namespace_id = $1 AND actor_id = $2
+  AND ($3::text IS NULL OR agent_id = $3)
   AND ($4 OR closed_at IS NULL)
 ORDER BY updated_at DESC, id DESC
 LIMIT $5
@@ -748,15 +807,23 @@ def session_list(
         dict(r)
         for r in db.execute(
             _LIST,
-            ("bigint", "text", "text", "boolean", "int"),
-            (ns.id, actor, agent, True if include_closed is None else include_closed, n),
+            ("bigint", "text", "text", "boolean", "int", "bigint"),
+            (
+                ns.id,
+                actor,
+                agent,
+                True if include_closed is None else include_closed,
+                n,
+                keys.actor_key(ns.id, actor),
+            ),
         )
     ]
 
 
 _DELETE = """
 WITH s AS (
-    DELETE FROM aidb_memory.session WHERE namespace_id = $1 AND actor_id = $2 AND session_id = $3
+    DELETE FROM aidb_memory.session
+    WHERE actor_key = $7 AND namespace_id = $1 AND actor_id = $2 AND session_id = $3
     RETURNING id, next_seq - 1 AS turns
 ), a AS (
     INSERT INTO aidb_memory.audit_log (by_role, action, namespace, subject_hash, counts, reason)
@@ -795,8 +862,16 @@ def session_delete(
     assert sid is not None
     rows = db.execute(
         _DELETE,
-        ("bigint", "text", "text", "text", "text", "text"),
-        (ns.id, actor, sid, ns.name, subject_hash(ns.name, actor, sid), reason),
+        ("bigint", "text", "text", "text", "text", "text", "bigint"),
+        (
+            ns.id,
+            actor,
+            sid,
+            ns.name,
+            subject_hash(ns.name, actor, sid),
+            reason,
+            keys.actor_key(ns.id, actor),
+        ),
     )
     return int(rows[0]["turns"])
 
