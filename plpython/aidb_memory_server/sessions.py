@@ -4,7 +4,7 @@ Every statement is prepared once per connection (``db.execute``). ``add`` costs 
 on its common path (namespace, position allocation, one insert of event + turns + tail), a read
 two (its plan here, then one window query in SQL whose jsonb never passes through Python).
 Every statement on a per-actor table filters on the actor's key (issue 15): ``keys.actor_key`` of
-the namespace id and actor, passed as a parameter (a read takes the id from ``ids``).
+the namespace name and actor, passed as a parameter.
 """
 
 from __future__ import annotations
@@ -139,13 +139,6 @@ def identifier(
     return value
 
 
-# Per backend: each namespace's id as a call last saw it (check_namespace), from which a read
-# computes the actor's key before its one statement (session_read_plan), which checks that the
-# namespace still has this id. Bounded: cleared when it grows past _IDS_MAX names.
-ids: dict[str, int] = {}
-_IDS_MAX = 64
-
-
 def check_namespace(
     fn: str, name: str, row: Any, actor_id: str | None, *, writing: bool
 ) -> tuple[Namespace, str]:
@@ -157,10 +150,6 @@ def check_namespace(
             hint="an admin creates it with aidb_memory.init",
         )
     ns = Namespace(name, row)
-    if ids.get(name) != ns.id:
-        if len(ids) >= _IDS_MAX:
-            ids.clear()
-        ids[name] = ns.id
     actor = identifier(fn, "actor_id", actor_id, ns.setting("max_identifier_chars"))
     assert actor is not None
     if ns.setting("actor_binding") == "session_user" and actor != ns.caller:
@@ -231,7 +220,7 @@ _NEW_UUID = "SELECT gen_random_uuid()::text AS id"
 
 
 def create_session(ns: Namespace, actor: str, session_id: str, agent_id: str | None) -> None:
-    key = keys.actor_key(ns.id, actor)
+    key = keys.actor_key(ns.name, actor)
     if agent_id is None:
         prev = db.execute(
             _PREV_HANDOFF_NO_AGENT,
@@ -263,7 +252,7 @@ def session_start(
     sid = identifier(fn, "session_id", session_id, limit, optional=True)
     if sid is None:
         sid = db.execute(_NEW_UUID)[0]["id"]
-    args = (ns.id, actor, sid, keys.actor_key(ns.id, actor))
+    args = (ns.id, actor, sid, keys.actor_key(ns.name, actor))
     rows = db.execute(_START_ROW, ("bigint", "text", "text", "bigint"), args)
     if not rows.nrows():
         create_session(ns, actor, sid, agent)
@@ -279,10 +268,8 @@ def one(rows: Any) -> Any:
 # --- session_get: the plan; the window itself is SQL (sql/30_sessions.sql) ----------------------
 
 # One statement for the namespace, the session and its newest summary (NULLs when there is no
-# such session). The actor's key ($4) comes from the namespace id the backend saw last ($5, ids):
-# the session is joined only while the namespace (looked up by name) still has that id; when it
-# has another one (not seen yet, or dropped and created again) the row says which, and the read
-# runs the statement again with it.
+# such session), the session and summary by the actor's key ($4, computed from the arguments
+# before the statement runs).
 _NAMESPACE_AND_SESSION = f"""
 SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
        s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
@@ -291,15 +278,14 @@ SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
        coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
 LEFT JOIN aidb_memory.session s
-       ON n.id = $5 AND s.actor_key = $4 AND s.namespace_id = $5 AND s.actor_id = $2
-      AND s.session_id = $3
+       ON s.actor_key = $4 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 LEFT JOIN LATERAL (
     SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
     WHERE x.actor_key = $4 AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
 ) m ON true
 WHERE n.name = $1
 """
-_NAMESPACE_AND_SESSION_TYPES = ("text", "text", "text", "bigint", "bigint")
+_NAMESPACE_AND_SESSION_TYPES = ("text", "text", "text", "bigint")
 _OFFSET_OF = """
 SELECT char_offset FROM aidb_memory.turn WHERE actor_key = $1 AND session_ref = $2 AND seq = $3
 """
@@ -384,16 +370,9 @@ def session_read_plan(
     fn = caller if caller in READERS else "session_get"
     if namespace_name is None:
         raise required(fn, "namespace")
-    ns_id = ids.get(namespace_name)
-    key = None if ns_id is None or actor_id is None else keys.actor_key(ns_id, actor_id)
-    args = (namespace_name, actor_id, session_id, key, ns_id)
+    key = None if actor_id is None else keys.actor_key(namespace_name, actor_id)
+    args = (namespace_name, actor_id, session_id, key)
     s = one(db.execute(_NAMESPACE_AND_SESSION, _NAMESPACE_AND_SESSION_TYPES, args))
-    if s is not None and actor_id is not None and s["id"] != ns_id:
-        # Not the namespace this backend saw (or none seen yet): again, with the key its id gives.
-        ns_id = int(s["id"])
-        key = keys.actor_key(ns_id, actor_id)
-        args = (namespace_name, actor_id, session_id, key, ns_id)
-        s = one(db.execute(_NAMESPACE_AND_SESSION, _NAMESPACE_AND_SESSION_TYPES, args))
     ns, _ = check_namespace(fn, namespace_name, s, actor_id, writing=False)
     identifier(fn, "session_id", session_id, ns.setting("max_identifier_chars"))
     budget.check_limits(fn, limit_chars, limit_turns, limit_items)
@@ -563,7 +542,7 @@ def session_end(
     sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
     if notes is not None and len(notes) > ns.config["max_turn_chars"]:
         raise invalid(fn, "notes", f"is longer than {ns.config['max_turn_chars']} characters")
-    key = keys.actor_key(ns.id, actor)
+    key = keys.actor_key(ns.name, actor)
     rows = db.execute(_LOCK_SESSION, _LOCK_SESSION_TYPES, (ns.id, actor, sid, key))
     if not rows.nrows():
         return []
@@ -721,7 +700,7 @@ def session_pop(
     assert sid is not None
     # First the compaction lock: it waits (boundedly) for a compaction of this session in
     # flight, which must not summarize a popped turn; then the session row.
-    key = keys.actor_key(ns.id, actor)
+    key = keys.actor_key(ns.name, actor)
     args = (ns.id, actor, sid, key)
     held = _hold_compaction_lock(*args)
     if not held.nrows():
@@ -814,7 +793,7 @@ def session_list(
                 agent,
                 True if include_closed is None else include_closed,
                 n,
-                keys.actor_key(ns.id, actor),
+                keys.actor_key(ns.name, actor),
             ),
         )
     ]
@@ -870,7 +849,7 @@ def session_delete(
             ns.name,
             subject_hash(ns.name, actor, sid),
             reason,
-            keys.actor_key(ns.id, actor),
+            keys.actor_key(ns.name, actor),
         ),
     )
     return int(rows[0]["turns"])
