@@ -706,6 +706,13 @@ DELETE FROM aidb_memory.namespace WHERE id = $1
 """
 
 
+# On Citus, the deletion of the namespace row (a reference table) must not follow a statement of
+# the transaction that read the distributed tables over several connections per node (the
+# counts): one connection per node for the rest of the transaction (docs/scaling.md). A
+# placeholder setting without Citus, gone at the end of the transaction.
+_SEQUENTIAL = "SELECT pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true)"
+
+
 def namespace_drop(name: str | None, reason: str | None) -> str:
     """Admin: erase a namespace and everything in it; audited. Returns the counts."""
     fn = "namespace_drop"
@@ -720,6 +727,7 @@ def namespace_drop(name: str | None, reason: str | None) -> str:
             hint="erase an actor in it with aidb_memory.forget, or deactivate it with "
             "aidb_memory.namespace_update",
         )
+    db.execute(_SEQUENTIAL)
     rows = db.execute(_LOCK_NAMESPACE, ("text",), (name,))
     if not rows.nrows():
         raise ApiError(

@@ -1,9 +1,6 @@
 """``add`` writes every row by the actor's key (issue 15): each path (one statement, general,
 new session, idempotency key, no session, compaction task) inserts ``actor_key`` itself, and a
 backend that remembers a namespace dropped and made again under its name writes to the new one.
-
-The transitional fill of migration 0015 (a trigger, while modules are converted one by one) is
-dropped on event and turn here when it exists, so that a row without its key fails.
 """
 
 from __future__ import annotations
@@ -31,8 +28,6 @@ def _turns(text: str) -> str:
 
 @pytest.fixture
 def keyed(db: Database) -> Database:
-    for table in ("event", "turn"):
-        db.sql(f"DROP TRIGGER IF EXISTS a_transition ON aidb_memory.{table}")
     # A model, so that add may queue compaction tasks; extraction off: no event waits for it.
     opts = {"model": "fake-chat", "base_url": "http://127.0.0.1:9", "max_retries": 0}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))

@@ -187,31 +187,9 @@ class Tracer:
         self.conn.close()
 
 
-# TRANSITION (issue 15, while modules are converted): migration 0015 creates triggers that fill
-# actor_key on inserts not passing it yet, but install drops every trigger sql/ does not define
-# (script.py), so unconverted code fails its inserts. While the migration still has the trigger
-# function, this test puts them back in its own database; once the function is gone, nothing.
-_PER_ACTOR = sorted(rule.PER_ACTOR_TABLES)
-_TRANSITION = """
-DO $$
-DECLARE t text;
-BEGIN
-    IF to_regprocedure('aidb_memory.transition_fill_key()') IS NOT NULL THEN
-        FOREACH t IN ARRAY %s::text[] LOOP
-            EXECUTE format('CREATE OR REPLACE TRIGGER a_transition BEFORE INSERT '
-                           'ON aidb_memory.%%I FOR EACH ROW '
-                           'EXECUTE FUNCTION aidb_memory.transition_fill_key()', t);
-        END LOOP;
-    END IF;
-END
-$$
-"""
-
-
 def _setup(db: Database) -> dict[str, Any]:
     """A namespace whose compaction needs no network (the builtin summarizer), memories of two
     actors with history, as the extraction worker leaves them."""
-    db.sql(_TRANSITION % ("ARRAY[" + ", ".join(f"'{t}'" for t in _PER_ACTOR) + "]"))
     db.sql("SELECT aidb_memory.create_model('quotes', 'builtin', '{\"kind\": \"extractive\"}')")
     db.sql('SELECT aidb_memory.init(%s, \'{"llm": "quotes"}\'::jsonb)', (NS,))
     ids = {}
@@ -221,7 +199,7 @@ def _setup(db: Database) -> dict[str, Any]:
             ids[content] = db.value(
                 """INSERT INTO aidb_memory.memory
                        (actor_key, namespace_id, actor_id, content, content_hash)
-                   SELECT aidb_memory.actor_key(n.id, %s), n.id, %s, %s, md5(%s)
+                   SELECT aidb_memory.actor_key(n.name, %s), n.id, %s, %s, md5(%s)
                    FROM aidb_memory.namespace n WHERE n.name = %s
                    RETURNING public_id::text""",
                 (actor, actor, content, content, NS),
