@@ -18,7 +18,7 @@
 -- functions sql/ defines.)
 CREATE FUNCTION aidb_memory.actor_key(namespace text, actor_id text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(
             pg_catalog.substr(
                 pg_catalog.sha256(pg_catalog.convert_to(

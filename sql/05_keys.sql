@@ -6,10 +6,11 @@
 -- architecture and major version; the server code computes the same number
 -- (plpython/aidb_memory_server/keys.py; tests/db/test_actor_key.py holds them equal) and passes
 -- it to its statements as a parameter. migrations/0015_actor_key.sql, which keyed the rows that
--- existed before, carries a copy of this definition.
+-- existed before, carries a copy of this definition. Not STRICT: the planner replaces a strict
+-- function of a NULL constant by NULL without checking EXECUTE on it (NULL gives NULL anyway).
 CREATE OR REPLACE FUNCTION aidb_memory.actor_key(namespace text, actor_id text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SECURITY DEFINER
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off

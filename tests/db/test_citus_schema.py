@@ -325,13 +325,19 @@ def test_distribute_refuses_a_table_held_another_way(fake_citus: Database) -> No
     assert db.value("SELECT count(*) FROM public.citus_calls") == 0
 
 
-def test_real_check_refuses_the_schema_it_cannot_distribute(db: Database) -> None:
-    """Until the rules in KNOWN hold, install --citus refuses before any call, in one line."""
-    with db.connect() as conn:
+def test_real_check_passes_this_schema_and_refuses_a_broken_one(db: Database) -> None:
+    """This version's schema follows every rule; one that breaks a rule is refused before any
+    call, in one line naming the first problem."""
+    with db.connect(autocommit=False) as conn:
+        assert citus.violations(citus.read_catalog(conn)) == []
+        citus.check(citus.read_catalog(conn))  # no error
+        conn.execute(
+            "CREATE UNIQUE INDEX scratch_idx ON aidb_memory.summary (session_ref, from_seq)"
+        )
         cat = citus.read_catalog(conn)
+        conn.rollback()
     problems = citus.violations(cat)
-    if not problems:
-        pytest.skip("the schema follows every rule")
+    assert problems
     with pytest.raises(CliError) as e:
         citus.check(cat)
     assert str(e.value).startswith(f"aidb-memory: install --citus refused: {problems[0]}")

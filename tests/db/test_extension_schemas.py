@@ -113,7 +113,7 @@ def test_install_uses_the_extensions_where_they_are_and_uninstall_keeps_them(
     # The trigram index uses pg_trgm's opclass, in its schema.
     opclasses = db.sql(
         "SELECT n.nspname, c.opcname FROM pg_index i "
-        "JOIN pg_opclass c ON c.oid = i.indclass[2] "
+        "JOIN pg_opclass c ON c.oid = i.indclass[1] "
         "JOIN pg_namespace n ON n.oid = c.opcnamespace "
         "WHERE i.indexrelid = 'aidb_memory.memory_word_trgm_idx'::regclass"
     )

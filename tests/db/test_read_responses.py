@@ -86,9 +86,9 @@ def sessions(db: Database) -> Database:
     db.sql(
         """
         INSERT INTO aidb_memory.summary
-            (session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset,
-             to_offset)
-        SELECT s.id, 1, 5, 5, 'They greeted each other.', 24, 'm', 0,
+            (actor_key, session_ref, from_seq, to_seq, turn_count, content, chars, model,
+             from_offset, to_offset)
+        SELECT s.actor_key, s.id, 1, 5, 5, 'They greeted each other.', 24, 'm', 0,
                (SELECT t.char_offset + t.chars FROM aidb_memory.turn t
                 WHERE t.session_ref = s.id AND t.seq = 5)
         FROM aidb_memory.session s WHERE s.session_id = 'plain'
