@@ -610,7 +610,7 @@ FROM aidb_memory.session AS s,
                      sum(chars) OVER (ORDER BY seq) - chars AS before
               FROM aidb_memory.turn WHERE session_ref = s.id) AS t
 WHERE s.session_id = %s
-GROUP BY s.id
+GROUP BY s.actor_key, s.id
 """
 
 
