@@ -147,8 +147,7 @@ _QUEUE_TYPES = ("bigint", "text", "text", "bigint", "int", "bigint")
 # UPDATE, whose RETURNING gives the positions it allocated under its row lock (a concurrent add
 # committed first is seen there, as in _LOCK_FOR_ADD). No row comes back when the namespace row
 # is another version now, the session is missing, closed or has another tail: nothing is
-# written, and add takes the general path. $32 is the actor's key, computed from the namespace
-# id $33 of that row version.
+# written, and add takes the general path. $32 is the actor's key.
 _FAST_STORE = """
 WITH s AS (
     UPDATE aidb_memory.session AS s
@@ -160,7 +159,7 @@ WITH s AS (
         pinned_seq = s.pinned_seq + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $15 ELSE 0 END,
         pinned_chars = s.pinned_chars + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $16 ELSE 0 END
     FROM aidb_memory.namespace AS n
-    WHERE n.name = $1 AND n.xmin = $2 AND n.ctid = $3 AND n.id = $33 AND session_user = $4
+    WHERE n.name = $1 AND n.xmin = $2 AND n.ctid = $3 AND session_user = $4
       AND s.actor_key = $32 AND s.namespace_id = n.id AND s.actor_id = $5 AND s.session_id = $6
       AND s.closed_at IS NULL AND s.open_calls = '{}'
       AND NOT ($17 AND (s.tail_item_type = 'reasoning' OR right(s.tail_item_type, 5) = '_call'))
@@ -202,7 +201,7 @@ _FAST_TYPES = (
     *("text[]", "bigint", "boolean", "text", "bigint", "bigint", "boolean", "text", "text"),
     *("bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 9,
-    *("bigint", "bigint"),
+    "bigint",
 )
 # Per backend: each namespace's row as add last read it (with its version, _NS_VERSION), whose
 # config validates the batches of the one-statement path. Bounded: cleared when it grows past
@@ -505,7 +504,6 @@ def _fast_add(
             [t.kind for t in checked],
             *rest,
             actor_key,
-            ns.id,
         ),
     )
     if not stored.nrows():
