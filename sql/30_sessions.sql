@@ -148,6 +148,14 @@ DECLARE
     detail text;
     hint text;
 BEGIN
+    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
+    -- (sql/12_argument_caps.sql).
+    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
+       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
+        PERFORM aidb_memory.refuse_oversized('session_get', 'namespace', namespace, namespace);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'actor_id', namespace, actor_id);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'session_id', namespace, session_id);
+    END IF;
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
     -- re-plans its body on every call; plpgsql keeps the plan for the connection. One layer:
     -- the read statement runs here, not in a function of its own that this one copies from.
@@ -321,6 +329,14 @@ DECLARE
     detail text;
     hint text;
 BEGIN
+    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
+    -- (sql/12_argument_caps.sql).
+    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
+       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
+        PERFORM aidb_memory.refuse_oversized('session_messages', 'namespace', namespace, namespace);
+        PERFORM aidb_memory.refuse_oversized('session_messages', 'actor_id', namespace, actor_id);
+        PERFORM aidb_memory.refuse_oversized('session_messages', 'session_id', namespace, session_id);
+    END IF;
     -- Refused before the read: a compacting read would pay a model call first.
     IF format IS NULL OR format NOT IN ('chat', 'responses') THEN
         RAISE EXCEPTION 'format must be chat or responses'

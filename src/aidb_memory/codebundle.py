@@ -177,7 +177,7 @@ DECLARE
     _detail text;
     _hint text;
 BEGIN
-    {call}
+{guards}    {call}
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS _state = RETURNED_SQLSTATE, _message = MESSAGE_TEXT,
         _detail = PG_EXCEPTION_DETAIL, _hint = PG_EXCEPTION_HINT;
@@ -253,7 +253,15 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
     wrapper = _with_options(
         stmt,
         language=pgast.String(sval="plpgsql"),
-        **{"as": (pgast.String(sval=_WRAPPER.format(call=statement, name=name)),)},
+        **{
+            "as": (
+                pgast.String(
+                    sval=_WRAPPER.format(
+                        guards=_size_guards(schema, name, args), call=statement, name=name
+                    )
+                ),
+            )
+        },
     )
     comment = (
         f"COMMENT ON FUNCTION {catalog.signature(body)} IS "
@@ -261,6 +269,28 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
         "again without the Python traceback (docs/architecture.md, Errors).'"
     )
     return RawStream()(body), comment, RawStream()(wrapper)
+
+
+# Text and jsonb arguments larger than this are measured by the wrapper, before PL/Python copies
+# them (sql/12_argument_caps.sql); a smaller one is checked by the Python code after it.
+GUARD_BYTES = 65_536
+_GUARD = """    IF pg_catalog.pg_column_size(${i}) OPERATOR(pg_catalog.>) {bytes} THEN
+        PERFORM {schema}.refuse_oversized('{name}', '{field}', {namespace}, ${i});
+    END IF;
+"""
+
+
+def _size_guards(schema: str, name: str, args: list[Any]) -> str:
+    """The wrapper's checks of its text and jsonb arguments' sizes (:data:`GUARD_BYTES`)."""
+    names = [a.name for a in args]
+    namespace = f"${names.index('namespace') + 1}" if "namespace" in names else "NULL::text"
+    return "".join(
+        _GUARD.format(
+            i=i, bytes=GUARD_BYTES, schema=schema, name=name, field=a.name, namespace=namespace
+        )
+        for i, a in enumerate(args, start=1)
+        if RawStream()(a.argType) in ("text", "jsonb")
+    )
 
 
 def _options(stmt: Any) -> list[tuple[str, Any]]:

@@ -492,6 +492,32 @@ def test_the_wrapper_returns_what_the_function_returns(tmp_path: Path) -> None:
     assert "PERFORM aidb_memory.drop_py($1);" in python_body(wrappers[1])
 
 
+def test_the_wrapper_measures_text_and_jsonb_arguments_before_the_call(tmp_path: Path) -> None:
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.add(namespace text, n integer, turns jsonb, "
+        "note text DEFAULT NULL) RETURNS uuid\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ adding.add $py$;\n"
+        "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.init $py$;\n"
+        "GRANT EXECUTE ON FUNCTION aidb_memory.add(text, integer, jsonb, text) TO aidb_users;\n"
+        f"{GRANT_INIT};\n"
+    )
+    (f,) = sql_files(tmp_path, text)
+    add, init = (python_body(s) for s in f.statements if "LANGUAGE plpgsql" in s)
+    assert add is not None and init is not None
+    guards = re.findall(
+        r"IF pg_catalog\.pg_column_size\(\$(\d)\) OPERATOR\(pg_catalog\.>\) 65536 THEN\s+"
+        r"PERFORM aidb_memory\.refuse_oversized\('add', '(\w+)', (\S+), \$(\d)\);",
+        add,
+    )
+    # Each text and jsonb argument, with the namespace argument for its namespace's caps; not
+    # the integer; all before the call.
+    assert guards == [("1", "namespace", "$1", "1"), ("3", "turns", "$1", "3"),
+                      ("4", "note", "$1", "4")]  # fmt: skip
+    assert add.index("refuse_oversized") < add.index("aidb_memory.add_py(")
+    assert "PERFORM aidb_memory.refuse_oversized('init', 'name', NULL::text, $1);" in init
+
+
 def test_an_ungranted_python_function_is_not_wrapped(tmp_path: Path) -> None:
     (f,) = sql_files(tmp_path, f"{GOOD_PY};\n")
     (statement,) = f.statements

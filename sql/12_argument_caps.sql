@@ -1,0 +1,154 @@
+-- Size caps on text and jsonb arguments, checked before a value reaches PL/Python (issue 23).
+-- PL/Python receives a jsonb argument as its JSON text and then as a Python string: two copies of
+-- the value, each as large as the value, made before the first line of our Python runs. So the
+-- PL/pgSQL wrapper of every granted PL/Python function (src/aidb_memory/codebundle.py) measures
+-- each text or jsonb argument larger than 64 kB (pg_column_size: the datum's own size, nothing
+-- copied) and calls aidb_memory.refuse_oversized, which refuses what is over the argument's cap
+-- with the error the Python code gives for it. A smaller value is converted and checked by the
+-- same rule in Python (converting it costs nothing worth avoiding).
+
+-- The cap of one argument: the limit, where it comes from (a namespace config key or a constant),
+-- and the error's wording. NULL cap: the argument has no size cap. The defaults are
+-- validation.CONFIG_DEFAULTS' and the constants the Python modules' (tests/db/test_argument_caps.py
+-- holds them equal).
+CREATE OR REPLACE FUNCTION aidb_memory.argument_cap(
+    fn text,
+    field text,
+    namespace text,
+    OUT cap bigint,
+    OUT kind text,
+    OUT hint text
+)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    key text;
+    default_cap bigint;
+    configured text;
+BEGIN
+    -- kind: 'json' (n characters of JSON, more than the namespace limit), 'json_fixed' (... the
+    -- limit), 'query' (n characters, more than the namespace limit), 'longer' (is longer than).
+    IF fn = 'add' AND field = 'turns' THEN
+        key := 'max_add_chars'; default_cap := 1000000; kind := 'json';
+        hint := 'split the batch, or raise config.max_add_chars with namespace_update';
+    ELSIF fn = 'delete' AND field = 'selector' THEN
+        cap := 500000; kind := 'json_fixed';  -- memories.SELECTOR_MAX_CHARS
+    ELSIF fn = 'search' AND field = 'query' THEN
+        key := 'search_max_query_chars'; default_cap := 4000; kind := 'query';
+        hint := 'shorten the query, or an admin raises config.search_max_query_chars';
+    ELSIF fn = 'session_end' AND field = 'notes' THEN
+        key := 'max_turn_chars'; default_cap := 100000; kind := 'longer';
+    ELSIF field IN ('actor_id', 'session_id', 'agent_id', 'idempotency_key')
+          AND namespace IS NOT NULL THEN
+        key := 'max_identifier_chars'; default_cap := 255; kind := 'longer';
+    ELSIF field = 'namespace' THEN
+        cap := 128; kind := 'longer';  -- no namespace has a longer name (NAMESPACE_NAME_MAX)
+    ELSIF field = 'name' AND fn IN ('init', 'namespace_update', 'namespace_drop', 'create_model',
+                                    'drop_model', 'set_secret', 'drop_secret', 'model_check') THEN
+        cap := 128; kind := 'longer';  -- validation.NAMESPACE_NAME_MAX, models.NAME_MAX
+    ELSIF fn = 'set_secret' AND field = 'value' THEN
+        cap := 16384; kind := 'longer';  -- models.SECRET_VALUE_MAX
+    ELSE
+        RETURN;
+    END IF;
+    IF key IS NOT NULL THEN
+        -- An unknown namespace has the defaults: the refusal does not wait for the lookup that
+        -- would report it.
+        SELECT n.config OPERATOR(pg_catalog.->>) key INTO configured
+        FROM aidb_memory.namespace AS n WHERE n.name OPERATOR(pg_catalog.=) namespace;
+        cap := coalesce(configured::bigint, default_cap);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.argument_cap(text, text, text) IS
+'Internal: the size cap of argument field of aidb_memory.fn (from the namespace''s config or a '
+'constant), the wording of its error and its hint; NULL cap when the argument has none.';
+
+-- A jsonb argument: its JSON text is never made. Over 5 bytes of jsonb per character of its JSON
+-- text does not occur (deeply nested empty arrays reach 4: 8 bytes per "[]"), so a value of more
+-- than 5 * cap + 64 bytes is refused as "at least" that many characters; a smaller one is
+-- measured exactly, which costs at most a text of about 5 times the cap.
+CREATE OR REPLACE FUNCTION aidb_memory.refuse_oversized(
+    fn text, field text, namespace text, value jsonb
+)
+RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    c record;
+    bytes bigint := pg_catalog.pg_column_size(value);
+    chars bigint;
+    counted text := '';
+BEGIN
+    SELECT * INTO c FROM aidb_memory.argument_cap(fn, field, namespace);
+    IF c.cap IS NULL OR bytes IS NULL THEN
+        RETURN;
+    END IF;
+    IF (bytes OPERATOR(pg_catalog.-) 64) OPERATOR(pg_catalog./) 5 OPERATOR(pg_catalog.>) c.cap THEN
+        chars := (bytes OPERATOR(pg_catalog.-) 64) OPERATOR(pg_catalog./) 5;
+        counted := 'at least ';
+    ELSE
+        chars := pg_catalog.length(value::text);
+        IF chars OPERATOR(pg_catalog.<=) c.cap THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF c.kind = 'json' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
+            MESSAGE = pg_catalog.format(
+                'aidb_memory.%s: %s has %s%s characters of JSON, more than the namespace limit of %s',
+                fn, field, counted, chars, c.cap);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = pg_catalog.format(
+            'aidb_memory.%s: %s has %s%s characters of JSON, more than the limit of %s',
+            fn, field, counted, chars, c.cap);
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.refuse_oversized(text, text, text, jsonb) IS
+'Internal: refuses (22023, as the Python code would) a jsonb argument over its cap '
+'(aidb_memory.argument_cap) without making its JSON text; called by the wrappers of the '
+'PL/Python functions for a value over 64 kB (docs/architecture.md, Errors).';
+
+-- A text argument: its characters are counted in place.
+CREATE OR REPLACE FUNCTION aidb_memory.refuse_oversized(
+    fn text, field text, namespace text, value text
+)
+RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    c record;
+    chars bigint := pg_catalog.length(value);
+BEGIN
+    SELECT * INTO c FROM aidb_memory.argument_cap(fn, field, namespace);
+    IF c.cap IS NULL OR chars IS NULL OR chars OPERATOR(pg_catalog.<=) c.cap THEN
+        RETURN;
+    END IF;
+    IF c.kind = 'query' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
+            MESSAGE = pg_catalog.format(
+                'aidb_memory.%s: %s has %s characters, more than the namespace limit of %s',
+                fn, field, chars, c.cap);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',
+                                    fn, field, c.cap);
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.refuse_oversized(text, text, text, text) IS
+'Internal: refuses (22023, as the Python code would) a text argument over its cap '
+'(aidb_memory.argument_cap); called by the wrappers of the PL/Python functions for a value over '
+'64 kB (docs/architecture.md, Errors).';
