@@ -76,7 +76,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     package = _package(args)
     with connect(args.dsn) as conn:
-        state = read_state(conn)
+        state = read_state(conn, package)
         report = compare(state, package)
     result = {
         "installed": state.installed,
@@ -115,7 +115,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     package = _package(args)
     with connect(args.dsn) as conn:
-        state = read_state(conn)
+        state = read_state(conn, package)
     if not state.installed:
         print(
             "aidb-memory: aidb_memory is not installed in this database; "

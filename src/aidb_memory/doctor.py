@@ -273,13 +273,14 @@ def run(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]
                 "aidb-memory deps (run on the database host as a user who can write the directory)",
             )
         )
-    state = read_state(conn)
+    ours = Package.load()
+    state = read_state(conn, ours)
     if not state.installed:
         checks.append(
             Check("aidb_memory", False, "not installed in this database", "aidb-memory install")
         )
     else:
-        report = compare(state, Package.load())
+        report = compare(state, ours)
         detail = f"version {state.version}, {len(report.applied)} migrations applied"
         if report.pending:
             detail += f", {len(report.pending)} pending"

@@ -21,6 +21,8 @@ from aidb_memory.script import (
     SCHEMA,
     Step,
     build,
+    defined,
+    extras_query,
 )
 from aidb_memory.sources import SourceTree, default_tree
 
@@ -57,6 +59,9 @@ class State:
     catalog: dict[str, str] = field(default_factory=dict)
     # Stored server-side modules: name -> (is_package, md5 of the source).
     modules: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    # Functions, views and triggers that the package read_state was given does not define:
+    # (kind, name) as in catalog.QUERY's lines.
+    extras: list[tuple[str, str]] = field(default_factory=list)
 
 
 def pin_search_path(conn: Connection) -> None:
@@ -69,8 +74,10 @@ def pin_search_path(conn: Connection) -> None:
     conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (PINNED_SEARCH_PATH,))
 
 
-def read_state(conn: Connection) -> State:
-    """Read the installed state; a database without the schema reads as not installed."""
+def read_state(conn: Connection, package: Package | None = None) -> State:
+    """Read the installed state; a database without the schema reads as not installed. With a
+    package, also the functions, views and triggers of the schema that it does not define
+    (with the query install drops them with)."""
     pin_search_path(conn)
     exists = conn.execute(
         "SELECT pg_catalog.to_regclass('aidb_memory.schema_migrations') IS NOT NULL, "
@@ -110,7 +117,13 @@ def read_state(conn: Connection) -> State:
             "FROM aidb_memory.runtime_modules"
         ).fetchall()
         modules = {name: (is_package, digest) for name, is_package, digest in rows}
-    return State(True, settings.get("version"), applied, settings, fingerprint, current, modules)
+    extras: list[tuple[str, str]] = []
+    if package is not None:
+        rows = conn.execute(extras_query(defined(package.bundle)).encode()).fetchall()
+        extras = [(kind, name) for kind, name, _statement in rows]
+    return State(
+        True, settings.get("version"), applied, settings, fingerprint, current, modules, extras
+    )
 
 
 @dataclass
@@ -167,10 +180,16 @@ def _module_drift(state: State, package: Package) -> list[str]:
 
 
 def _code_drift(state: State, package: Package) -> list[str]:
-    """Stored modules against the package; functions, views, privileges and triggers against
-    what install recorded right after applying this package's sql/ (install restores them)."""
+    """Stored modules against the package; functions, views and triggers that the package's sql/
+    does not define, whatever install recorded (install drops them); functions, views,
+    privileges and triggers against what install recorded right after applying this package's
+    sql/ (install restores them)."""
     restore = "; `aidb-memory install` restores it"
     out = [p + restore for p in _module_drift(state, package)]
+    out += [
+        f"{kind} {name} is not part of this package; `aidb-memory install` drops it"
+        for kind, name in state.extras
+    ]
     recorded = state.settings.get("catalog_code")
     if recorded is None:
         out.append(
@@ -179,7 +198,9 @@ def _code_drift(state: State, package: Package) -> list[str]:
         )
     else:
         changes = catalog.differences(recorded, state.catalog[catalog.CODE], catalog.CODE)
-        out += [c + restore for c in changes]
+        # An extra not recorded is also a difference from the record: named once, above.
+        named = {f"{kind} {name} is not part of aidb_memory" for kind, name in state.extras}
+        out += [c + restore for c in changes if c not in named]
     return out
 
 
@@ -299,7 +320,7 @@ def _dry_run(
             f"aidb-memory: install refused: {trust.ROLE_WHAT}: {trust.summary(roles)} "
             f"(hint: {trust.ROLE_HINT})"
         )
-    state = read_state(conn)
+    state = read_state(conn, package)
     report = compare(state, package)
     for problem in report.problems:
         if "edited" in problem or "unknown to this package" in problem:

@@ -182,60 +182,90 @@ SCHEMA_DRIFT_HINT = (
 )
 
 
+def defined(bundle: CodeBundle) -> catalog.Defined:
+    """The functions, views and triggers that the bundle's sql/ creates."""
+    return catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
+
+
+def _keep(values: list[str], sql_type: str) -> str:
+    """A NULL-free one-column set of ``values`` (SQL expressions): an expression that resolves
+    to nothing (``to_regprocedure`` of a function this version adds, before sql/ made it) is
+    left out rather than kept as a NULL, which would match nothing and make every
+    ``x <> ALL (...)`` unknown."""
+    if not values:
+        return f"SELECT NULL::{sql_type} WHERE false"
+    rows = ", ".join(f"({v})" for v in values)
+    return f"SELECT k FROM (VALUES {rows}) AS keep(k) WHERE k IS NOT NULL"
+
+
+def extras_query(objects: catalog.Defined) -> str:
+    """Rows (kind, name, drop statement) of the triggers, views and functions of the schema that
+    ``objects`` (what a package's sql/ creates) do not define: what a fresh install of that
+    package would not have. Install drops them (before it applies sql/, when this package's new
+    objects do not exist yet) and ``verify`` names them, both with this one query. Kinds and
+    names are those of :data:`catalog.QUERY`; drop statements are search_path-independent.
+    Extension members, and functions that what migrations made (an index, a default, a
+    constraint, a type) uses, are not the code part's: a fresh install has them too."""
+    functions = _keep([f"pg_catalog.to_regprocedure({literal(f)})" for f in objects.functions],
+                      "pg_catalog.regprocedure")  # fmt: skip
+    views = _keep([literal(v) for v in objects.views], "pg_catalog.text")
+    triggers = _keep([literal(t) for t in objects.triggers], "pg_catalog.text")
+    return f"""SELECT kind, name, statement FROM (
+SELECT 1 AS pass, 'trigger' AS kind, t.tgname || ' on {SCHEMA}.' || c.relname AS name,
+       pg_catalog.format('DROP TRIGGER %I ON %I.%I', t.tgname, '{SCHEMA}', c.relname) AS statement
+FROM pg_catalog.pg_trigger t
+JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
+WHERE c.relnamespace OPERATOR(pg_catalog.=) '{SCHEMA}'::pg_catalog.regnamespace
+  AND NOT t.tgisinternal
+  AND NOT EXISTS (SELECT 1 FROM ({triggers}) AS k(name)
+                  WHERE k.name OPERATOR(pg_catalog.=) (t.tgname || ' on {SCHEMA}.' || c.relname))
+UNION ALL
+SELECT 2, 'view', '{SCHEMA}.' || c.relname,
+       pg_catalog.format('DROP VIEW %I.%I', '{SCHEMA}', c.relname)
+FROM pg_catalog.pg_class c
+WHERE c.relnamespace OPERATOR(pg_catalog.=) '{SCHEMA}'::pg_catalog.regnamespace
+  AND c.relkind OPERATOR(pg_catalog.=) 'v'
+  AND NOT EXISTS (SELECT 1 FROM ({views}) AS k(name)
+                  WHERE k.name OPERATOR(pg_catalog.=) ('{SCHEMA}.' || c.relname))
+UNION ALL
+SELECT 3, 'function', p.oid::pg_catalog.regprocedure::pg_catalog.text,
+       pg_catalog.format('DROP %s %I.%I(%s)',
+                         CASE p.prokind WHEN 'p' THEN 'PROCEDURE' WHEN 'a' THEN 'AGGREGATE'
+                                        ELSE 'FUNCTION' END,
+                         '{SCHEMA}', p.proname,
+                         pg_catalog.pg_get_function_identity_arguments(p.oid))
+FROM pg_catalog.pg_proc p
+WHERE p.pronamespace OPERATOR(pg_catalog.=) '{SCHEMA}'::pg_catalog.regnamespace
+  AND NOT EXISTS (SELECT 1 FROM ({functions}) AS k(f)
+                  WHERE k.f OPERATOR(pg_catalog.=) p.oid)
+  -- Used by an index, default, constraint or type: part of what the migrations made.
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                  WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_proc'::pg_catalog.regclass
+                    AND d.refobjid OPERATOR(pg_catalog.=) p.oid
+                    AND d.classid NOT IN ('pg_proc'::pg_catalog.regclass,
+                                          'pg_rewrite'::pg_catalog.regclass,
+                                          'pg_trigger'::pg_catalog.regclass))
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_proc'::pg_catalog.regclass
+                    AND d.objid OPERATOR(pg_catalog.=) p.oid
+                    AND d.deptype OPERATOR(pg_catalog.=) 'e')
+) AS extras
+ORDER BY pass, name COLLATE "C"
+"""
+
+
 def _drop_extras(bundle: CodeBundle) -> str:
     """Before sql/ is applied: drop the triggers, views and functions of the schema that sql/
-    does not define (a hand edit, or left by an older version), without CASCADE, so that if
-    something depends on one, install fails naming it. What sql/ defines is re-created right
-    after, so an object dropped here by mistake would only be re-created. Extension members, and
-    functions that what migrations made (an index, a default) uses, are not the code part's."""
-    defined = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
-    keep_functions = (
-        ", ".join(f"to_regprocedure({literal(f)})" for f in defined.functions) or "NULL"
-    )
-    keep_views = ", ".join(f"to_regclass({literal(v)})" for v in defined.views) or "NULL"
-    keep_triggers = ", ".join(literal(t) for t in defined.triggers) or "NULL"
+    does not define (a hand edit, or left by an older version, such as an overload whose
+    arguments changed: CREATE OR REPLACE would add the new one beside it), without CASCADE, so
+    that if something depends on one, install fails naming it. What sql/ defines is re-created
+    right after, so an object dropped here by mistake would only be re-created. Triggers go
+    first and functions last: they may use the views and functions, not the other way round."""
     return f"""IF {_CODE_FLAG} THEN
-    FOR r IN
-        SELECT t.tgname, t.tgrelid::regclass::text AS rel
-        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND NOT t.tgisinternal
-          AND t.tgname || ' on ' || t.tgrelid::regclass::text
-              <> ALL (ARRAY[{keep_triggers}]::text[])
-        ORDER BY 1, 2
+    FOR r IN {extras_query(defined(bundle))}
     LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
-        {_notice("dropped trigger % on %, which is not part of this package", "r.tgname", "r.rel")}
-    END LOOP;
-    FOR r IN
-        SELECT c.oid::regclass::text AS v
-        FROM pg_class c
-        WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND c.relkind = 'v'
-          AND c.oid::regclass <> ALL (ARRAY[{keep_views}]::regclass[])
-        ORDER BY c.oid::regclass::text
-    LOOP
-        EXECUTE format('DROP VIEW %s', r.v);
-        {_notice("dropped view %, which is not part of this package", "r.v")}
-    END LOOP;
-    FOR r IN
-        SELECT p.oid::regprocedure::text AS f,
-               CASE p.prokind WHEN 'p' THEN 'PROCEDURE' WHEN 'a' THEN 'AGGREGATE'
-                              ELSE 'FUNCTION' END AS kind
-        FROM pg_proc p
-        WHERE p.pronamespace = '{SCHEMA}'::regnamespace
-          AND p.oid::regprocedure <> ALL (ARRAY[{keep_functions}]::regprocedure[])
-          -- A function that an index, default, constraint or type uses is part of what the
-          -- migrations made, not of the code part.
-          AND NOT EXISTS (SELECT 1 FROM pg_depend d
-                          WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = p.oid
-                            AND d.classid NOT IN ('pg_proc'::regclass, 'pg_rewrite'::regclass,
-                                                  'pg_trigger'::regclass))
-          AND NOT EXISTS (SELECT 1 FROM pg_depend d
-                          WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-                            AND d.deptype = 'e')
-        ORDER BY p.oid::regprocedure::text
-    LOOP
-        EXECUTE format('DROP %s %s', r.kind, r.f);
-        {_notice("dropped % %, which is not part of this package", "lower(r.kind)", "r.f")}
+        EXECUTE r.statement;
+        {_notice("dropped % %, which is not part of this package", "r.kind", "r.name")}
     END LOOP;
 END IF;"""
 
@@ -347,8 +377,12 @@ IF recorded IS NOT DISTINCT FROM {literal(bundle.checksum)} AND recorded_code IS
     modules := md5(({catalog.MODULES_QUERY}));
     current := ({catalog.lines_query(catalog.CODE)});
 END IF;
+-- A function, view or trigger that this version does not define is never up to date, even if
+-- install recorded it: an install before issue 23 kept an older version's overloads and
+-- recorded them (the catalog matched its record, so later installs did nothing).
 IF modules IS NOT DISTINCT FROM {literal(expected_modules(bundle))}
-   AND current IS NOT DISTINCT FROM recorded_code AND current IS NOT NULL THEN
+   AND current IS NOT DISTINCT FROM recorded_code AND current IS NOT NULL
+   AND NOT EXISTS ({extras_query(defined(bundle))}) THEN
     PERFORM set_config('aidb_memory.install_code', 'off', true);
     {_notice(f"code is up to date (version {__version__}, generation {bundle.generation})")}
 ELSE

@@ -9,6 +9,7 @@ import subprocess
 from conftest import Database, run_cli
 
 MODULE = "aidb_memory_server.introspection"
+EXTRA = "is not part of this package; `aidb-memory install` drops it"
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -76,9 +77,9 @@ def test_extra_functions_and_views_are_drift_and_install_drops_them(db: Database
     )
 
     err = fails(run_cli("verify", dsn=db.dsn()))
-    assert "function aidb_memory.extra(integer) is not part of aidb_memory" in err
-    assert "view aidb_memory.extra_view is not part of aidb_memory" in err
-    assert "trigger extra_trigger on aidb_memory.memory is not part of aidb_memory" in err
+    assert f"function aidb_memory.extra(integer) {EXTRA}" in err
+    assert f"view aidb_memory.extra_view {EXTRA}" in err
+    assert f"trigger extra_trigger on aidb_memory.memory {EXTRA}" in err
     out = ok(run_cli("install", dsn=db.dsn()))
 
     assert "dropped function aidb_memory.extra(integer)" in out
@@ -195,3 +196,76 @@ def test_every_function_and_view_of_sql_is_recognised_as_the_packages(db: Databa
     assert db.value(
         "SELECT count(DISTINCT pg_catalog.to_regclass(v)) FROM unnest(%s::text[]) AS v", (views,)
     ) == len(views)
+
+
+# Issue 23: the signature 0.1.0 gave session_get; today's takes other arguments, so an upgrade
+# that kept it left two overloads and session_get(ns, actor, session, budget) was ambiguous.
+OLD_SESSION_GET = "aidb_memory.session_get(text,text,text,integer,text,integer)"
+
+
+def _old_overload(db: Database) -> None:
+    db.sql(
+        "CREATE FUNCTION aidb_memory.session_get(ns text, actor text, session text, "
+        "budget integer DEFAULT NULL, fmt text DEFAULT 'chat', reserve integer DEFAULT 0) "
+        "RETURNS TABLE (items jsonb) LANGUAGE sql AS $$SELECT '[]'::jsonb$$"
+    )
+
+
+def _record_catalog(db: Database) -> None:
+    """What an install before issue 23 did: record the catalog with what it failed to drop."""
+    from aidb_memory import catalog
+
+    db.sql(
+        "UPDATE aidb_memory.runtime_settings SET value = "
+        f"({catalog.lines_query(catalog.CODE)}) WHERE key = 'catalog_code'"
+    )
+
+
+def _session_gets(db: Database) -> list[str]:
+    return [f for f in _functions(db) if f.startswith("aidb_memory.session_get(")]
+
+
+def test_an_older_overload_is_dropped_while_this_versions_functions_do_not_exist_yet(
+    db: Database,
+) -> None:
+    """An upgrade: the installed code is another version's, which lacks functions this one adds
+    (to_regprocedure of those is NULL before sql/ makes them) and has an overload this one
+    does not define."""
+    expected = _functions(db)
+    db.sql("DROP FUNCTION aidb_memory.session_pop(text, text, text)")
+    db.sql("DROP FUNCTION aidb_memory.session_pop_py(text, text, text)")
+    _old_overload(db)
+    db.sql("UPDATE aidb_memory.runtime_settings SET value = 'older' WHERE key = 'code_checksum'")
+
+    out = ok(run_cli("install", dsn=db.dsn()))
+
+    assert f"dropped function {OLD_SESSION_GET}, which is not part of this package" in out
+    assert _functions(db) == expected
+    db.sql("SELECT aidb_memory.init('ns')")
+    assert db.sql("SELECT * FROM aidb_memory.session_get('ns', 'dave', 'conv-m', 3000)")
+    ok(run_cli("verify", dsn=db.dsn()))
+
+
+def test_verify_names_an_extra_function_that_install_recorded(db: Database) -> None:
+    _old_overload(db)
+    _record_catalog(db)
+
+    err = fails(run_cli("verify", dsn=db.dsn()))
+
+    assert f"drift: function {OLD_SESSION_GET} {EXTRA}" in err
+    assert "not part of aidb_memory" not in err  # not named twice
+
+
+def test_install_cleans_what_an_install_before_issue_23_left_and_recorded(db: Database) -> None:
+    expected = _functions(db)
+    _old_overload(db)
+    _record_catalog(db)  # leftovers recorded, the same code checksum: "up to date" before
+
+    out = ok(run_cli("install", dsn=db.dsn()))
+
+    assert "code is up to date" not in out
+    assert f"dropped function {OLD_SESSION_GET}" in out
+    assert _functions(db) == expected
+    assert _session_gets(db) == [f for f in expected if f.startswith("aidb_memory.session_get(")]
+    ok(run_cli("verify", dsn=db.dsn()))
+    assert "code is up to date" in ok(run_cli("install", dsn=db.dsn()))
