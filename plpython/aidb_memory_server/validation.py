@@ -31,6 +31,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # that model again (compaction_call_failed at once); 0: every over-budget read calls it.
     "compaction_cooldown_s": 60,
     "extraction": True,
+    # How the worker extracts memories (issue 26): auto, model, verbatim or verbatim_all.
+    "extraction_mode": "auto",
+    # The longest memory verbatim extraction stores (longer turns are cut into pieces).
+    "memory_max_chars": 1_000,
     # The worker summarizes a session before its reads need it (issue 13); off: reads compact.
     "compaction_ahead": True,
     # Budgeted reads return the session's leading system/developer turns first, never summarized.
@@ -65,7 +69,9 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "search_max_ranked": (10, 1_000_000),
     "extraction_max_input_chars": (1_000, 10_000_000),
     "non_text_part_chars": (0, 1_000_000),
+    "memory_max_chars": (100, 100_000),
 }
+EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
 
 
 # C0 and C1 control characters (Unicode category Cc: U+0000-001F, U+007F-009F) and the line and
@@ -167,6 +173,8 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:
             raise invalid(function, field, "must be one of: " + ", ".join(ACTOR_BINDINGS))
+        elif key == "extraction_mode" and value not in EXTRACTION_MODES:
+            raise invalid(function, field, "must be one of: " + ", ".join(EXTRACTION_MODES))
         elif key == "allowed_fallback_models":
             _model_names(function, field, value)
     return {k: v for k, v in cfg.items() if v is not None}
