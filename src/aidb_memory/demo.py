@@ -243,7 +243,7 @@ def _setup(admin: Connection) -> None:
         """
         SELECT aidb_memory.init(
           name   => 'helpdesk_namespace',
-          config => '{"compaction_min_target_chars": 20}'
+          config => '{"compaction_min_target_chars": 20, "extraction_mode": "model"}'
         ) AS namespace_id;
         """,
     )

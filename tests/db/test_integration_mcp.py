@@ -215,7 +215,7 @@ def test_the_tools_see_only_the_servers_actor(db: Database, ns: None) -> None:
 
 
 def test_remember_in_a_namespace_that_does_not_extract_says_skipped(db: Database) -> None:
-    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    db.sql("SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')", (NS,))
     result = _call(db, "remember", {"fact": "I like tea"})
     assert not result.is_error, _text(result)
     assert result.structured_content is not None
