@@ -588,39 +588,34 @@ VALUES ($1, $2, $3, 0, 'accepted', 'embedding')
 ON CONFLICT (actor_key, namespace_id, actor_id) WHERE kind = 'embedding' AND status = 'accepted'
 DO NOTHING
 """
-EMBED_BATCH = 100
+# Memories one embedding task gives a vector (then it queues the next task of the actor).
+EMBED_TASK_MEMORIES = 100
 
 
 def embedding_task(event: Any, limit: int, base: float) -> str:
     """Work an embedding task (queued by remembering.remember): give the actor's current memories
-    that have no vector one, by the namespace's embedding model, EMBED_BATCH at a time. 'skipped'
-    when the namespace no longer has an embedding model; a failed call is a failed attempt."""
-    model_name = json.loads(event["model_spec"]).get("embedding")
+    that have no vector one, by the namespace's embedding model, EMBED_TASK_MEMORIES at a time.
+    'skipped' when the namespace no longer has an embedding model; a failed call is a failed
+    attempt."""
+    spec = json.loads(event["model_spec"])
+    model_name = spec.get("embedding")
     if not model_name:
         return _finish(event, "skipped", {"reason": "the namespace has no embedding model"})
     config = validation.effective_config(json.loads(event["config"]))
     ident = (int(event["actor_key"]), int(event["namespace_id"]), event["actor_id"])
-    rows = db.execute(_UNEMBEDDED, ("bigint", "bigint", "text", "int"), (*ident, EMBED_BATCH))
+    rows = db.execute(
+        _UNEMBEDDED, ("bigint", "bigint", "text", "int"), (*ident, EMBED_TASK_MEMORIES)
+    )
     memories = [(int(r["id"]), r["content"]) for r in rows]
-    if memories:
-        try:
-            model = llm.load("process_events", model_name)
-            vectors = llm.embed(
-                model,
-                [content for _, content in memories],
-                namespace_id=ident[1],
-                timeout_s=config["llm_timeout_s"],
-            )
-        except llm.EmbeddingError as e:
-            return _fail(event, limit, base, f'embedding failed: {e.public} (model "{model_name}")')
-        except Exception:
-            return _fail(event, limit, base, f'embedding model "{model_name}" is missing')
-        for (memory_id, _), vector in zip(memories, vectors, strict=True):
-            db.execute(
-                _SET_EMBEDDING,
-                ("bigint", "bigint", "real[]", "text"),
-                (ident[0], memory_id, vector, model_name),
-            )
-        if len(memories) == EMBED_BATCH:
-            db.execute(_EMBED_AGAIN, ("bigint", "bigint", "text"), ident)
+    vectors = _embed(event, config, spec, sorted({content for _, content in memories}))
+    if isinstance(vectors, str):
+        return _fail(event, limit, base, vectors)
+    for memory_id, content in memories:
+        db.execute(
+            _SET_EMBEDDING,
+            ("bigint", "bigint", "real[]", "text"),
+            (ident[0], memory_id, vectors[content], model_name),
+        )
+    if len(memories) == EMBED_TASK_MEMORIES:
+        db.execute(_EMBED_AGAIN, ("bigint", "bigint", "text"), ident)
     return _finish(event, "processed", {"embedded": len(memories)})
