@@ -40,6 +40,9 @@ BEGIN
     ELSIF fn = 'search' AND field = 'query' THEN
         key := 'search_max_query_chars'; default_cap := 4000; kind := 'query';
         hint := 'shorten the query, or an admin raises config.search_max_query_chars';
+    ELSIF fn = 'remember' AND field = 'content' THEN
+        key := 'memory_max_chars'; default_cap := 1000; kind := 'longer';
+        hint := 'split it into facts, or an admin raises config.memory_max_chars';
     ELSIF fn = 'session_end' AND field = 'notes' THEN
         key := 'max_turn_chars'; default_cap := 100000; kind := 'longer';
     ELSIF field IN ('actor_id', 'session_id', 'agent_id', 'idempotency_key')
@@ -142,6 +145,11 @@ BEGIN
             MESSAGE = pg_catalog.format(
                 'aidb_memory.%s: %s has %s characters, more than the namespace limit of %s',
                 fn, field, chars, c.cap);
+    END IF;
+    IF c.hint IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
+            MESSAGE = pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',
+                                        fn, field, c.cap);
     END IF;
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
         MESSAGE = pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',

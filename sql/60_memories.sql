@@ -34,6 +34,29 @@ COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
 'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
 '42704, 42501, 55000 memories embedded with another model than the namespace''s.';
 
+-- A direct write (issue 26): one memory now, in the caller's transaction, without a model.
+CREATE OR REPLACE FUNCTION aidb_memory.remember(
+    namespace text,
+    actor_id text,
+    content text,
+    session_id text DEFAULT NULL,
+    agent_id text DEFAULT NULL
+)
+RETURNS uuid
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ remembering.remember $py$;
+COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text) IS
+'Store content as one memory of the actor now, in the caller''s transaction, without a model; '
+'returns its id. An exact duplicate of a current memory of the actor (the worker''s rule: the same '
+'normalized text) stores nothing and returns that memory''s id. Searchable by words at once; where '
+'the namespace has an embedding model the worker adds its vector. Audited (memory_history) and '
+'erased by delete and forget like any memory. Errors: 22004, 22023 empty content or longer than '
+'config.memory_max_chars, 42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
+
 CREATE OR REPLACE FUNCTION aidb_memory.list_memories(
     namespace text,
     actor_id text,

@@ -70,6 +70,7 @@ HOT_FUNCTIONS = (
     "session_delete",
     "search",
     "list_memories",
+    "remember",
     "delete",
     "forget",
     "status",

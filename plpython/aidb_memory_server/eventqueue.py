@@ -246,6 +246,8 @@ def event_process(
     event = rows[0]
     if event["kind"] == "compaction":
         return _compaction_task(event, limit, base)
+    if event["kind"] == "embedding":
+        return embedding_task(event, limit, base)
     config = validation.effective_config(json.loads(event["config"]))
     model_name = json.loads(event["model_spec"]).get("llm")
     if not config["extraction"] or model_name is None:
@@ -494,3 +496,62 @@ def _compaction_task(event: Any, limit: int, base: float) -> str:
     if done.status == "failed":
         return _fail(event, limit, base, done.error or "compaction failed")
     return _finish(event, done.status, done.result)
+
+
+# --- embedding tasks (issue 26: remember's vectors) ----------------------------------------------
+
+# The actor's current memories without a vector, oldest first, a batch at a time.
+_UNEMBEDDED = """
+SELECT id, content FROM aidb_memory.memory
+WHERE actor_key = $1 AND namespace_id = $2 AND actor_id = $3 AND valid_to IS NULL
+  AND embedding IS NULL
+ORDER BY id
+LIMIT $4
+"""
+_SET_EMBEDDING = """
+UPDATE aidb_memory.memory SET embedding = $3, embedding_model = $4
+WHERE actor_key = $1 AND id = $2 AND embedding IS NULL
+"""
+# The next task of the actor, when a batch did not cover every memory without a vector.
+_EMBED_AGAIN = """
+INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status, kind)
+VALUES ($1, $2, $3, 0, 'accepted', 'embedding')
+ON CONFLICT (actor_key, namespace_id, actor_id) WHERE kind = 'embedding' AND status = 'accepted'
+DO NOTHING
+"""
+EMBED_BATCH = 100
+
+
+def embedding_task(event: Any, limit: int, base: float) -> str:
+    """Work an embedding task (queued by remembering.remember): give the actor's current memories
+    that have no vector one, by the namespace's embedding model, EMBED_BATCH at a time. 'skipped'
+    when the namespace no longer has an embedding model; a failed call is a failed attempt."""
+    model_name = json.loads(event["model_spec"]).get("embedding")
+    if not model_name:
+        return _finish(event, "skipped", {"reason": "the namespace has no embedding model"})
+    config = validation.effective_config(json.loads(event["config"]))
+    ident = (int(event["actor_key"]), int(event["namespace_id"]), event["actor_id"])
+    rows = db.execute(_UNEMBEDDED, ("bigint", "bigint", "text", "int"), (*ident, EMBED_BATCH))
+    memories = [(int(r["id"]), r["content"]) for r in rows]
+    if memories:
+        try:
+            model = llm.load("process_events", model_name)
+            vectors = llm.embed(
+                model,
+                [content for _, content in memories],
+                namespace_id=ident[1],
+                timeout_s=config["llm_timeout_s"],
+            )
+        except llm.EmbeddingError as e:
+            return _fail(event, limit, base, f'embedding failed: {e.public} (model "{model_name}")')
+        except Exception:
+            return _fail(event, limit, base, f'embedding model "{model_name}" is missing')
+        for (memory_id, _), vector in zip(memories, vectors, strict=True):
+            db.execute(
+                _SET_EMBEDDING,
+                ("bigint", "bigint", "real[]", "text"),
+                (ident[0], memory_id, vector, model_name),
+            )
+        if len(memories) == EMBED_BATCH:
+            db.execute(_EMBED_AGAIN, ("bigint", "bigint", "text"), ident)
+    return _finish(event, "processed", {"embedded": len(memories)})

@@ -54,9 +54,10 @@ def _reason(fn: str, reason: str | None) -> str:
     return reason
 
 
-def _filters(
+def filters(
     fn: str, ns: Namespace, session_id: str | None, agent_id: str | None
 ) -> tuple[Any, Any]:
+    """The optional session_id and agent_id arguments, checked as identifiers."""
     limit = ns.config["max_identifier_chars"]
     return (
         identifier(fn, "session_id", session_id, limit, optional=True),
@@ -405,7 +406,7 @@ def search(
     """The actor's current memories that best match ``query``, best first, score in [0, 1]."""
     fn = "search"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
-    sid, agent = _filters(fn, ns, session_id, agent_id)
+    sid, agent = filters(fn, ns, session_id, agent_id)
     n = _limit(fn, limit, SEARCH_DEFAULT, SEARCH_MAX)
     if query is None:
         raise required(fn, "query")
@@ -456,7 +457,7 @@ def list_memories(
     """The actor's memories, newest first; superseded ones only when asked for."""
     fn = "list_memories"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
-    sid, agent = _filters(fn, ns, session_id, agent_id)
+    sid, agent = filters(fn, ns, session_id, agent_id)
     n = _limit(fn, limit, LIST_DEFAULT, LIST_MAX)
     rows = db.execute(
         _LIST,
@@ -581,7 +582,7 @@ def delete(
     history; audited with counts and the reason. Returns how many memories went."""
     fn = "delete"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
-    sid, agent = _filters(fn, ns, session_id, agent_id)
+    sid, agent = filters(fn, ns, session_id, agent_id)
     kind, value = _selector(fn, selector)
     why = _reason(fn, reason)
     key = keys.actor_key(ns.name, actor)

@@ -47,6 +47,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "extraction_max_input_chars": 200_000,
     # What an image, file or audio part of a turn counts against a read's budget (issue 11).
     "non_text_part_chars": 1_000,
+    # The longest memory a direct write (remember) or verbatim extraction stores (issue 26).
+    "memory_max_chars": 1_000,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -65,6 +67,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "search_max_ranked": (10, 1_000_000),
     "extraction_max_input_chars": (1_000, 10_000_000),
     "non_text_part_chars": (0, 1_000_000),
+    "memory_max_chars": (100, 100_000),
 }
 
 

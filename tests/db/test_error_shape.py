@@ -92,6 +92,7 @@ CASES: dict[str, Case] = {
     # Loading the code in a new connection meets a lock held on it (as by an install).
     "runtime_info": Case(ADMIN_USER, "SELECT aidb_memory.runtime_info()", "55P03"),
     "search": Case(APP_USER, f"SELECT * FROM aidb_memory.search('{NS}', 'a', NULL)", "22004"),
+    "remember": Case(APP_USER, f"SELECT aidb_memory.remember('{NS}', 'a', NULL)", "22004"),
     "session_delete": Case(
         APP_USER, f"SELECT aidb_memory.session_delete('{NS}', 'a', '{SESSION}', NULL)", "22004"
     ),

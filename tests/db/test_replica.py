@@ -155,6 +155,7 @@ WRITES = {
     "session_delete": "SELECT aidb_memory.session_delete(%(ns)s, 'alice', 'long', 'test')",
     "delete": "SELECT aidb_memory.delete(%(ns)s, 'alice', '{\"all\": true}', 'test')",
     "forget": "SELECT aidb_memory.forget(%(ns)s, 'alice', 'test')",
+    "remember": "SELECT aidb_memory.remember(%(ns)s, 'alice', 'Alice is on the standby')",
 }
 
 

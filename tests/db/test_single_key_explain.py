@@ -282,6 +282,9 @@ def _run_hot_calls(t: Tracer, ids: dict[str, Any]) -> None:
     search = "SELECT * FROM aidb_memory.search(%s, 'alice', %s)"
     t.call("search", search, (NS, "green tea"))
     t.call("search", search, (NS, "Lisbn"))  # one edit away: the trigram word index
+    remember = "SELECT aidb_memory.remember(%s, 'alice', %s)"
+    t.call("remember", remember, (NS, "Alice rides a red bicycle"))
+    t.call("remember", remember, (NS, "alice rides a RED bicycle"))  # the exact duplicate
     t.call("list_memories", "SELECT * FROM aidb_memory.list_memories(%s, 'alice')", (NS,))
     t.call(
         "list_memories",
