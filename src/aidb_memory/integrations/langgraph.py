@@ -25,14 +25,14 @@ not).
   (no model, no worker; ``search`` finds it at once), with the store's ``agent_id``. The value
   may also name ``agent_id`` and ``session_id`` (a string or None), so an item's value can be put
   back as it is. The memory gets an id of its own, which is its key (``put`` returns nothing:
-  ``search`` shows it). Put is a replace: when ``key`` is the id of another current memory of
-  the actor, that memory is deleted after the new one is stored (audited with
+  ``search`` shows it). Put is a replace: when ``key`` is the id of another of the actor's
+  memories, that memory is deleted after the new one is stored (audited with
   ``delete_reason``), so ``put(ns, item.key, {"content": corrected})`` corrects a memory; a key
   that is no memory's id deletes nothing. A text the actor already has, word for word, is not
   stored twice (``remember`` answers with the existing memory), so a retried ``put`` is safe.
   Any other value (other keys, non-text content), ``index`` and ``ttl`` are refused rather than
-  dropped. To have the extraction worker (with a model) make memories of a conversation
-  instead, ``add`` its turns with the client.
+  dropped. To have the extraction worker make memories of a conversation instead, ``add``
+  its turns with the client.
 - ``list_namespaces``: the SQL API lists no actors, so it answers only a prefix naming one
   ``(namespace, actor_id)``: that namespace when the actor has memories, else nothing; any other
   listing raises ``NotImplementedError``.
