@@ -1158,7 +1158,16 @@ def _long_term_memory(
         FROM aidb_memory.list_memories(namespace => 'helpdesk_namespace', actor_id => 'alice');
         """,
     )
-    if memories:
+    if memories and endpoint is None:
+        _say(
+            """
+            The current memories, newest first: every user turn since extraction was turned on,
+            as alice wrote it, the small talk too. Verbatim extraction keeps what was said, not
+            what matters; a model would pick and word the facts, and merge a changed fact with
+            the old one.
+            """
+        )
+    elif memories:
         _say(
             """
             The current memories, newest first. A memory that a later fact supersedes keeps its
