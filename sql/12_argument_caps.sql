@@ -31,7 +31,8 @@ DECLARE
     configured text;
 BEGIN
     -- kind: 'json' (n characters of JSON, more than the namespace limit), 'json_fixed' (... the
-    -- limit), 'query' (n characters, more than the namespace limit), 'longer' (is longer than).
+    -- limit), 'query' (n characters, more than the namespace limit), 'longer' (is longer than),
+    -- 'namespace' (does not exist: 42704).
     IF fn = 'add' AND field = 'turns' THEN
         key := 'max_add_chars'; default_cap := 1000000; kind := 'json';
         hint := 'split the batch, or raise config.max_add_chars with namespace_update';
@@ -49,7 +50,8 @@ BEGIN
           AND namespace IS NOT NULL THEN
         key := 'max_identifier_chars'; default_cap := 255; kind := 'longer';
     ELSIF field = 'namespace' THEN
-        cap := 128; kind := 'longer';  -- no namespace has a longer name (NAMESPACE_NAME_MAX)
+        -- No namespace has a longer name (NAMESPACE_NAME_MAX): the Python code's "does not exist".
+        cap := 128; kind := 'namespace'; hint := 'an admin creates it with aidb_memory.init';
     ELSIF field = 'name' AND fn IN ('init', 'namespace_update', 'namespace_drop', 'create_model',
                                     'drop_model', 'set_secret', 'drop_secret', 'model_check') THEN
         cap := 128; kind := 'longer';  -- validation.NAMESPACE_NAME_MAX, models.NAME_MAX
@@ -139,6 +141,13 @@ BEGIN
     SELECT * INTO c FROM aidb_memory.argument_cap(fn, field, namespace);
     IF c.cap IS NULL OR chars IS NULL OR chars OPERATOR(pg_catalog.<=) c.cap THEN
         RETURN;
+    END IF;
+    IF c.kind = 'namespace' THEN
+        -- Quoted and cut as sessions.quote does.
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object', HINT = c.hint,
+            MESSAGE = pg_catalog.format(
+                'aidb_memory.%s: namespace %s does not exist', fn,
+                pg_catalog.to_jsonb(pg_catalog.left(value, 199) OPERATOR(pg_catalog.||) '…')::text);
     END IF;
     IF c.kind = 'query' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,

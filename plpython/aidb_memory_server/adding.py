@@ -214,8 +214,13 @@ _NO_ITEMS: tuple[Any, ...] = ([], [], False, None, 0, 0)
 
 
 def _event_status(ns: Namespace) -> str:
-    # Extraction needs a model; without one (or with extraction off) the event is skipped.
-    return "accepted" if ns.config["extraction"] and ns.model_spec.get("llm") else "skipped"
+    # Skipped with extraction off, or when extraction_mode "model" has no model to call; else
+    # the worker extracts (verbatim without a model that can extract: issue 26).
+    if not ns.config["extraction"]:
+        return "skipped"
+    if ns.config["extraction_mode"] == "model" and not ns.model_spec.get("llm"):
+        return "skipped"
+    return "accepted"
 
 
 def _replayed(fn: str, public_id: str, stored_hash: str | None, new_hash: str, key: str) -> str:

@@ -26,6 +26,7 @@ without scanning one another's events; without a range a claim looks at every ke
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import plpy
@@ -40,12 +41,15 @@ from aidb_memory_server import (
     sessions,
     turns,
     validation,
+    verbatim,
 )
 from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid, required
 
 QUERY_CANCELED = "57014"
 BACKOFF_MAX_S = 3600.0
 ERROR_CHARS = 500
+# Texts per embedding request (verbatim extraction may store many pieces of one event).
+EMBED_BATCH = 256
 
 # The oldest claimable events: accepted and due, or processing with a lapsed lease (its attempt
 # ended without a result). Compaction tasks first (issue 13): a read is about to need their
@@ -112,7 +116,7 @@ WHERE e.actor_key = $1 AND e.id = $2 AND e.status = 'processing'
 FOR UPDATE OF e
 """
 _TURNS = """
-SELECT role, content FROM aidb_memory.turn
+SELECT role, kind, content FROM aidb_memory.turn
 WHERE actor_key = $1 AND event_ref = $2 ORDER BY session_ref, seq
 """
 _DONE = """
@@ -249,17 +253,26 @@ def event_process(
     if event["kind"] == "embedding":
         return embedding_task(event, limit, base)
     config = validation.effective_config(json.loads(event["config"]))
-    model_name = json.loads(event["model_spec"]).get("llm")
-    if not config["extraction"] or model_name is None:
-        return _finish(event, "skipped", {"reason": "extraction is off or no llm is set"})
-    try:
-        model = llm.load("process_events", model_name)
-    except Exception:
-        return _fail(event, limit, base, f'model "{model_name}" is not registered')
-    if model.provider == "builtin":
-        return _finish(
-            event, "skipped", {"reason": "the builtin extractive model cannot extract facts"}
-        )
+    spec = json.loads(event["model_spec"])
+    model_name = spec.get("llm")
+    configured = config["extraction_mode"]
+    if not config["extraction"]:
+        return _finish(event, "skipped", {"reason": "extraction is off"})
+    if configured == "model" and model_name is None:
+        return _finish(event, "skipped", {"reason": 'extraction_mode is "model" and no llm is set'})
+    model = None
+    if model_name is not None and configured in ("auto", "model"):
+        try:
+            model = llm.load("process_events", model_name)
+        except Exception:
+            return _fail(event, limit, base, f'model "{model_name}" is not registered')
+        if model.provider == "builtin" and configured == "model":
+            reason = 'the builtin extractive model cannot extract facts (extraction_mode "model")'
+            return _finish(event, "skipped", {"reason": reason})
+    how = verbatim.mode(configured, model is not None and model.provider != "builtin")
+    if how != "model":
+        return _verbatim(event, config, spec, how == "verbatim_all", limit, base)
+    assert model is not None
     said, left_out = extraction.bounded(_turns(event), config["extraction_max_input_chars"])
     if not said:
         return _finish(event, "processed", reconciliation.EMPTY_RESULT)
@@ -289,27 +302,78 @@ def event_process(
         operations = extraction.parse(result.text, set(refs))
     except extraction.Malformed as e:
         return _fail(event, limit, base, f"malformed answer: {e}")
-    spec = json.loads(event["model_spec"])
-    vectors: dict[str, list[float]] = {}
     texts = sorted({op.text for op in operations if op.text})
-    if spec.get("embedding") and texts:
-        try:
-            embedder = llm.load("process_events", spec["embedding"])
-            found = llm.embed(
+    vectors = _embed(event, config, spec, texts)
+    if isinstance(vectors, str):
+        return _fail(event, limit, base, vectors)
+    return _reconcile(
+        event,
+        limit,
+        base,
+        lambda: reconciliation.apply(event, operations, refs, vectors, spec.get("embedding")),
+    )
+
+
+def _embed(
+    event: Any, config: dict[str, Any], spec: dict[str, Any], texts: Sequence[str]
+) -> dict[str, list[float]] | str:
+    """The vectors of ``texts`` by the namespace's ``model_spec.embedding`` ({} without one), or
+    why embedding failed (the attempt's error)."""
+    if not spec.get("embedding") or not texts:
+        return {}
+    found: list[list[float]] = []
+    try:
+        embedder = llm.load("process_events", spec["embedding"])
+        for start in range(0, len(texts), EMBED_BATCH):
+            found += llm.embed(
                 embedder,
-                texts,
+                texts[start : start + EMBED_BATCH],
                 namespace_id=int(event["namespace_id"]),
                 timeout_s=config["llm_timeout_s"],
             )
-        except llm.EmbeddingError as e:
-            why = f'embedding failed: {e.public} (model "{spec["embedding"]}")'
-            return _fail(event, limit, base, why)
-        except Exception:
-            return _fail(event, limit, base, f'embedding model "{spec["embedding"]}" is missing')
-        vectors = dict(zip(texts, found, strict=True))
+    except llm.EmbeddingError as e:
+        return f'embedding failed: {e.public} (model "{spec["embedding"]}")'
+    except Exception:
+        return f'embedding model "{spec["embedding"]}" is missing'
+    return dict(zip(texts, found, strict=True))
+
+
+def _verbatim(
+    event: Any,
+    config: dict[str, Any],
+    spec: dict[str, Any],
+    all_roles: bool,
+    limit: int,
+    base: float,
+) -> str:
+    """Verbatim extraction (issue 26): no model call; the event's user turns (and with
+    ``all_roles`` the assistant's) cut into pieces of at most memory_max_chars, each stored as a
+    memory of the event, exact duplicates merged; embedded with model_spec.embedding."""
+    texts = [
+        piece
+        for role, kind, text in _said(event)
+        if verbatim.spoken(role, kind, all_roles)
+        for piece in verbatim.pieces(text, config["memory_max_chars"])
+    ]
+    if not texts:
+        return _finish(event, "processed", reconciliation.EMPTY_RESULT)
+    vectors = _embed(event, config, spec, sorted(set(texts)))
+    if isinstance(vectors, str):
+        return _fail(event, limit, base, vectors)
+    return _reconcile(
+        event,
+        limit,
+        base,
+        lambda: reconciliation.add_verbatim(event, texts, vectors, spec.get("embedding")),
+    )
+
+
+def _reconcile(event: Any, limit: int, base: float, write: Callable[[], dict[str, Any]]) -> str:
+    """Run ``write`` (the event's changes to its actor's memories) in a subtransaction: a
+    database error fails the attempt and leaves nothing of it; a cancel ends the statement."""
     try:
         with plpy.subtransaction():
-            summary = reconciliation.apply(event, operations, refs, vectors, spec.get("embedding"))
+            summary = write()
     except plpy.SPIError as e:
         if e.sqlstate == QUERY_CANCELED:
             raise
@@ -323,15 +387,20 @@ def event_process(
 _NO_LIMITS = turns.Limits(10**9, 10**9, 10**9, 10**12)
 
 
-def _turns(event: Any) -> list[extraction.Turn]:
+def _said(event: Any) -> list[tuple[str, str | None, str]]:
+    """The event's turns that have text: (role, kind, text) each, in order. A tool call without
+    text says nothing about the user."""
     if event["turns"] is not None:
         batch = turns.validate_batch("add", json.loads(event["turns"]), _NO_LIMITS)
-        said = [(t.role, t.content) for t in batch]
+        said = [(t.role, t.kind, t.content) for t in batch]
     else:
         rows = db.execute(_TURNS, ("bigint", "bigint"), (int(event["actor_key"]), int(event["id"])))
-        said = [(r["role"], r["content"]) for r in rows]
-    # A tool call without text says nothing about the user.
-    return [extraction.Turn(role, text) for role, text in said if text and text.strip()]
+        said = [(r["role"], r["kind"], r["content"]) for r in rows]
+    return [(role, kind, text) for role, kind, text in said if text and text.strip()]
+
+
+def _turns(event: Any) -> list[extraction.Turn]:
+    return [extraction.Turn(role, text) for role, _, text in _said(event)]
 
 
 def _today() -> str:

@@ -100,6 +100,14 @@ WHERE actor_key = $7 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NUL
 ORDER BY content_hash = $3 DESC, "@trgm@".similarity(content, $4) DESC, id
 LIMIT $6
 """
+# Verbatim extraction merges only the exact duplicate (the unique index on current hashes).
+_SAME_EXACT = """
+SELECT id, public_id::text AS public_id, content, true AS exact
+FROM aidb_memory.memory
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+  AND content_hash = $3
+LIMIT 1
+"""
 _CURRENT = """
 SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND valid_to IS NULL
 """
@@ -179,34 +187,51 @@ def related(
     return [Memory(int(r["id"]), r["public_id"], r["content"]) for r in rows]
 
 
-def apply(
-    event: Any,
-    operations: Sequence[extraction.Operation],
-    refs: dict[str, Memory],
-    vectors: dict[str, list[float]] | None = None,
-    embedding_model: str | None = None,
-) -> dict[str, Any]:
-    """Apply ``operations`` for ``event``; what changed (counts and the new memories' ids).
-    ``vectors``: the embedding of each new text, by ``embedding_model`` (its registered name,
-    which search compares with the namespace's)."""
-    ns, actor, event_id = int(event["namespace_id"]), event["actor_id"], int(event["id"])
-    found = event.get("actor_key")
-    key = _key(ns, actor, None if found is None else int(found))
-    lock_actor(ns, actor, key)
-    out: dict[str, Any] = {
-        k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
-    }
+class _Writer:
+    """The changes of one event to its actor's memories, under the actor's lock (taken when
+    made), and what they did (``out``: counts and the new memories' public ids)."""
 
-    def history(memory_id: int, op: str, old: str | None, new: str | None) -> None:
-        db.execute(_HISTORY, _HISTORY_TYPES, (memory_id, ns, actor, event_id, op, old, new, key))
+    def __init__(
+        self,
+        event: Any,
+        vectors: dict[str, list[float]] | None,
+        embedding_model: str | None,
+    ) -> None:
+        self.event = event
+        self.ns, self.actor = int(event["namespace_id"]), event["actor_id"]
+        self.event_id = int(event["id"])
+        found = event.get("actor_key")
+        self.key = _key(self.ns, self.actor, None if found is None else int(found))
+        self.vectors = vectors or {}
+        self.embedding_model = embedding_model
+        lock_actor(self.ns, self.actor, self.key)
+        self.out: dict[str, Any] = {
+            k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
+        }
 
-    def store(text: str) -> tuple[int, bool]:
-        """(memory id, whether it is new) for ``text``: an existing duplicate or a new row."""
-        same = db.execute(
-            extensions.trgm_sql(_SAME, "process_events"),
-            ("bigint", "text", "text", "text", "float4", "int", "bigint"),
-            (ns, actor, extraction.content_hash(text), text, NEAR_DUPLICATE, NEAR_CANDIDATES, key),
+    def history(self, memory_id: int, op: str, old: str | None, new: str | None) -> None:
+        db.execute(
+            _HISTORY,
+            _HISTORY_TYPES,
+            (memory_id, self.ns, self.actor, self.event_id, op, old, new, self.key),
         )
+
+    def store(self, text: str, near: bool = True) -> tuple[int, bool]:
+        """(memory id, whether it is new) for ``text``: an existing duplicate or a new row.
+        ``near``: a near duplicate (same identifiers) counts too; otherwise only an exact one."""
+        digest = extraction.content_hash(text)
+        if near:
+            same = db.execute(
+                extensions.trgm_sql(_SAME, "process_events"),
+                ("bigint", "text", "text", "text", "float4", "int", "bigint"),
+                (self.ns, self.actor, digest, text, NEAR_DUPLICATE, NEAR_CANDIDATES, self.key),
+            )
+        else:
+            same = db.execute(
+                _SAME_EXACT,
+                ("bigint", "text", "text", "bigint"),
+                (self.ns, self.actor, digest, self.key),
+            )
         for candidate in same:
             if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
                 return int(candidate["id"]), False
@@ -217,22 +242,35 @@ def apply(
                 "bigint",
             ),
             (
-                ns,
-                actor,
-                event["agent_id"],
-                event["session_id"],
+                self.ns,
+                self.actor,
+                self.event["agent_id"],
+                self.event["session_id"],
                 text,
-                extraction.content_hash(text),
-                event_id,
-                (vectors or {}).get(text),
-                embedding_model,
-                key,
+                digest,
+                self.event_id,
+                self.vectors.get(text),
+                self.embedding_model,
+                self.key,
             ),
         )[0]
-        history(int(row["id"]), "add", None, text)
-        out["memories"].append(row["public_id"])
+        self.history(int(row["id"]), "add", None, text)
+        self.out["memories"].append(row["public_id"])
         return int(row["id"]), True
 
+
+def apply(
+    event: Any,
+    operations: Sequence[extraction.Operation],
+    refs: dict[str, Memory],
+    vectors: dict[str, list[float]] | None = None,
+    embedding_model: str | None = None,
+) -> dict[str, Any]:
+    """Apply ``operations`` for ``event``; what changed (counts and the new memories' ids).
+    ``vectors``: the embedding of each new text, by ``embedding_model`` (its registered name,
+    which search compares with the namespace's)."""
+    w = _Writer(event, vectors, embedding_model)
+    out, key = w.out, w.key
     for op in operations:
         target = refs.get(op.target) if op.target else None
         old = None
@@ -241,7 +279,7 @@ def apply(
             old = current[0]["content"] if current.nrows() else None
         if op.op == "add" or (op.op == "update" and old is None):
             assert op.text is not None
-            _, new = store(op.text)
+            _, new = w.store(op.text)
             out["added" if new else "duplicates"] += 1
         elif op.op == "update" and target is not None and op.text is not None:
             if extraction.content_hash(op.text) == extraction.content_hash(old or ""):
@@ -249,12 +287,28 @@ def apply(
                 continue
             # Close the old one first: the new content may be a near duplicate of it.
             db.execute(_CLOSE, _CLOSE_TYPES, (target.id, None, key))
-            new_id, _ = store(op.text)
+            new_id, _ = w.store(op.text)
             db.execute(_SUPERSEDE, _CLOSE_TYPES, (target.id, new_id, key))
-            history(target.id, "supersede", old, op.text)
+            w.history(target.id, "supersede", old, op.text)
             out["updated"] += 1
         elif op.op == "invalidate" and target is not None and old is not None:
             db.execute(_CLOSE, _CLOSE_TYPES, (target.id, None, key))
-            history(target.id, "invalidate", old, None)
+            w.history(target.id, "invalidate", old, None)
             out["invalidated"] += 1
     return out
+
+
+def add_verbatim(
+    event: Any,
+    texts: Sequence[str],
+    vectors: dict[str, list[float]] | None = None,
+    embedding_model: str | None = None,
+) -> dict[str, Any]:
+    """Verbatim extraction (issue 26): store each of ``texts`` as a memory of ``event``, merging
+    exact duplicates only (the same normalized content as a current memory of the actor, or as
+    an earlier text of the event, which is one by then); the same result as :func:`apply`."""
+    w = _Writer(event, vectors, embedding_model)
+    for text in texts:
+        _, new = w.store(text, near=False)
+        w.out["added" if new else "duplicates"] += 1
+    return w.out

@@ -31,6 +31,11 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # that model again (compaction_call_failed at once); 0: every over-budget read calls it.
     "compaction_cooldown_s": 60,
     "extraction": True,
+    # How the worker extracts memories (issue 26): auto, model, verbatim or verbatim_all.
+    "extraction_mode": "auto",
+    # The longest memory remember stores (longer content is refused) and verbatim extraction
+    # stores (longer turns are cut into pieces).
+    "memory_max_chars": 1_000,
     # The worker summarizes a session before its reads need it (issue 13); off: reads compact.
     "compaction_ahead": True,
     # Budgeted reads return the session's leading system/developer turns first, never summarized.
@@ -47,8 +52,6 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "extraction_max_input_chars": 200_000,
     # What an image, file or audio part of a turn counts against a read's budget (issue 11).
     "non_text_part_chars": 1_000,
-    # The longest memory a direct write (remember) or verbatim extraction stores (issue 26).
-    "memory_max_chars": 1_000,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -69,6 +72,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "non_text_part_chars": (0, 1_000_000),
     "memory_max_chars": (100, 100_000),
 }
+EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
 
 
 # C0 and C1 control characters (Unicode category Cc: U+0000-001F, U+007F-009F) and the line and
@@ -170,6 +174,8 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(function, field, "must be true or false")
         elif key == "actor_binding" and value not in ACTOR_BINDINGS:
             raise invalid(function, field, "must be one of: " + ", ".join(ACTOR_BINDINGS))
+        elif key == "extraction_mode" and value not in EXTRACTION_MODES:
+            raise invalid(function, field, "must be one of: " + ", ".join(EXTRACTION_MODES))
         elif key == "allowed_fallback_models":
             _model_names(function, field, value)
     return {k: v for k, v in cfg.items() if v is not None}

@@ -211,8 +211,9 @@ def test_the_tools_see_only_the_servers_actor(db: Database, ns: None) -> None:
     assert db.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'bob'") == 1
 
 
-def test_remember_in_a_namespace_without_a_model_stores_the_fact(db: Database) -> None:
-    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+def test_remember_without_a_model_or_extraction_stores_the_fact(db: Database) -> None:
+    # remember is no extraction: it stores in a namespace with extraction off too.
+    db.sql("SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')", (NS,))
 
     async def body(client: Client) -> list[CallToolResult]:
         return [

@@ -537,9 +537,12 @@ def test_events_view_has_exactly_these_columns(db: Database) -> None:
 @pytest.mark.parametrize(
     ("model_spec", "config", "status"),
     [
-        ({}, {}, "skipped"),
+        # Without a model, extraction is verbatim by default (issue 26): accepted.
+        ({}, {}, "accepted"),
         ({"llm": "extractor"}, {"extraction": False}, "skipped"),
-        ({}, {"extraction": True}, "skipped"),
+        ({}, {"extraction": True}, "accepted"),
+        ({}, {"extraction_mode": "model"}, "skipped"),
+        ({}, {"extraction": False, "extraction_mode": "verbatim"}, "skipped"),
         ({"llm": "extractor"}, {}, "accepted"),
     ],
 )

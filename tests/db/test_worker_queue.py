@@ -269,8 +269,13 @@ def test_two_concurrent_events_with_the_same_new_fact_make_one_memory(
     assert _memories(db) == [("Alice is vegetarian.", True)]
 
 
-def test_no_model_or_extraction_off_is_skipped_and_never_queued(db: Database) -> None:
-    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+@pytest.mark.parametrize("config", [{"extraction_mode": "model"}, {"extraction": False}])
+def test_no_model_or_extraction_off_is_skipped_and_never_queued(
+    db: Database, config: dict[str, Any]
+) -> None:
+    # Without a model, extraction_mode "model" skips (the default, auto, extracts verbatim:
+    # tests/db/test_verbatim_extraction.py); extraction off skips whatever the mode.
+    db.sql("SELECT aidb_memory.init(%s, '{}', %s::jsonb)", (NS, json.dumps(config)))
     event = _add(db, "alice", "hello")
     assert _status(db, "alice", event)["status"] == "skipped"
     assert _work(db) == (0, 0, 0)

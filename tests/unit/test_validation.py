@@ -188,6 +188,14 @@ def test_config_unknown_key_names_the_field_even_when_null() -> None:
         ({"actor_binding": "root"}, "config.actor_binding must be one of: none, session_user"),
         ({"actor_binding": ["none"]}, "config.actor_binding must be one of"),
         ({"actor_binding": True}, "config.actor_binding must be one of"),
+        (
+            {"extraction_mode": "llm"},
+            "config.extraction_mode must be one of: auto, model, verbatim, verbatim_all",
+        ),
+        ({"extraction_mode": ["auto"]}, "config.extraction_mode must be one of"),
+        ({"memory_max_chars": 99}, "config.memory_max_chars must be between 100 and 100000"),
+        ({"memory_max_chars": 100_001}, "config.memory_max_chars must be between"),
+        ({"memory_max_chars": 500.0}, "config.memory_max_chars must be an integer"),
     ],
 )
 def test_config_wrong_types_and_ranges_are_22023(cfg: dict[str, Any], problem: str) -> None:
