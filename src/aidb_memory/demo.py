@@ -8,12 +8,16 @@ OpenAI-compatible endpoint of ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` / ``OPENA
 either of the first two is set (the key goes into the database with ``set_secret`` and is never
 printed), else the builtin extractive summarizer, which is not a model, and the demo says so.
 
-Long-term memory follows: alice and bob mention lasting facts, a worker role runs the extraction
-worker (``process_events``) once, and the demo shows the events' statuses, ``status``,
-``list_memories``, ``search`` (an exact word and a misspelled one) and ``forget`` with its audit
-row. Extraction needs a language model: with the builtin summarizer the worker skips the events
-and the demo says so (``SKIPPED_LINE``); with an endpoint that fails or answers malformed JSON,
-the events are retried and failed, and the demo shows their ``last_error`` and goes on.
+Long-term memory follows (extraction is off until then, so the earlier conversations stay out of
+it): alice and bob mention lasting facts, a worker role runs the extraction worker
+(``process_events``) once, and the demo shows the events' statuses, ``status``,
+``list_memories``, ``search`` (an exact word and a misspelled one), a direct ``remember`` that
+``search`` finds at once, and ``forget`` with its audit row. With the builtin summarizer, which
+is not a language model, extraction is verbatim (``extraction_mode`` ``auto``, the default): the
+worker stores what the user said, as said, with no model and no network, and the demo says so
+(``VERBATIM_LINE``). With an endpoint the model extracts the facts; when it fails or answers
+malformed JSON, the events are retried and failed, and the demo shows their ``last_error`` and
+goes on.
 """
 
 from __future__ import annotations
@@ -235,7 +239,8 @@ def _setup(admin: Connection) -> None:
         A namespace scopes everything agent memory stores. It starts without a model, so nothing
         is summarized yet; later in the story an admin gives it one. The low
         compaction_min_target_chars (default 200) lets this short conversation reach, soon, the
-        point where compaction would run.
+        point where compaction would run. Long-term memory comes later in the story too:
+        extraction is off until then, so these first conversations stay out of it.
         """
     )
     _run(
@@ -243,7 +248,7 @@ def _setup(admin: Connection) -> None:
         """
         SELECT aidb_memory.init(
           name   => 'helpdesk_namespace',
-          config => '{"compaction_min_target_chars": 20, "extraction_mode": "model"}'
+          config => '{"compaction_min_target_chars": 20, "extraction": false}'
         ) AS namespace_id;
         """,
     )
@@ -670,16 +675,17 @@ def _model(admin: Connection, endpoint: Endpoint | None) -> None:
         _run(admin, create)
     if endpoint is None:
         later = """
-            The builtin summarizer cannot extract facts, though, so the worker will skip them, as
-            a later step shows.
+            The builtin summarizer is not a language model, though: it cannot extract facts, so
+            with extraction_mode auto (the default) the worker stores what the user says, as
+            said, with no model at all, as a later step shows.
             """
     else:
-        later = "A later step runs the worker."
+        later = "Extraction into long-term memory uses it too; a later step runs the worker."
     _say(
         """
-        The namespace's model_spec names it as its llm, the model that compaction uses.
-        Extraction into long-term memory uses it too, and config turns extraction on (its
-        default, written out here): from now on each add's event is accepted for the worker.
+        The namespace's model_spec names it as its llm, the model that compaction uses. config
+        turns extraction on (its default): from now on each add's event is accepted for the
+        extraction worker.
         """
         + " ".join(later.split())
     )
@@ -900,9 +906,9 @@ def _compaction(app: Connection, admin: Connection) -> None:
 
 # --- long-term memory --------------------------------------------------------------------------
 
-SKIPPED_LINE = (
-    "skipped: no OPENAI_API_KEY/OPENAI_BASE_URL — extraction needs a language model; "
-    "events are 'skipped'"
+VERBATIM_LINE = (
+    "verbatim: no OPENAI_API_KEY/OPENAI_BASE_URL — no language model, so the worker stores what "
+    "the user said, as said"
 )
 WORKER_ROLE = "helpdesk_worker"
 
@@ -943,6 +949,15 @@ def _show_turns(turns: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
 _WORKED = """
     SELECT actor_id, session_id, status, attempts, last_error
     FROM aidb_memory.events WHERE attempts > 0 ORDER BY event_id;
+"""
+
+_REMEMBER = """
+    SELECT aidb_memory.remember(
+      namespace => 'helpdesk_namespace',
+      actor_id  => 'alice',
+      content   => 'The auditor of Alice Co is Priya Shah.',
+      agent_id  => 'helpdesk-agent-64849'
+    ) AS memory_id;
 """
 
 _SEARCH = """
@@ -999,8 +1014,8 @@ def _long_term_memory(
     )
     _say(
         """
-        Each add recorded an event, and since the namespace has an llm and extraction is on,
-        the events wait for the extraction worker: status says accepted, with no attempt yet.
+        Each add recorded an event, and since extraction is on, the events wait for the
+        extraction worker: status says accepted, with no attempt yet.
         """
     )
     status = f"""
@@ -1014,16 +1029,28 @@ def _long_term_memory(
         _run(app, status, json_result=True)
 
     _heading("The extraction worker: process_events (as a worker)")
+    if endpoint is None:
+        how = """
+            The namespace has no language model (its llm is the builtin summarizer), so
+            extraction is verbatim: each user turn of the event (not the assistant's, nor a tool
+            call or its result) is cut on sentence boundaries into memories of at most
+            memory_max_chars characters (1000 by default) and stored as said, an exact duplicate
+            of a current memory merged, in the event's own transaction. No model is called and
+            nothing leaves the database.
+            """
+    else:
+        how = """
+            It makes one model call with structured output (a JSON schema of add, update and
+            invalidate operations), shown the event's turns and the actor's related memories,
+            and reconciles the answer with the actor's memories in the event's own transaction.
+            """
     _say(
         f"""
         The worker is the procedure process_events, for members of aidb_workers; `aidb-memory
         worker` runs it in a loop, pg_cron can run it too. Here it runs once, as its own login
-        role {WORKER_ROLE}. It claims each accepted event with a lease, makes one model call
-        with structured output (a JSON schema of add, update and invalidate operations), shown
-        the event's turns and the actor's related memories, and reconciles the answer with the
-        actor's memories in the event's own transaction. max_attempts => 2 and backoff_s => 0
-        let a failing event be retried at once and marked failed within the demo (the defaults
-        are 5 attempts and a 10 s backoff, doubling).
+        role {WORKER_ROLE}. It claims each accepted event with a lease. {" ".join(how.split())}
+        max_attempts => 2 and backoff_s => 0 let a failing event be retried at once and marked
+        failed within the demo (the defaults are 5 attempts and a 10 s backoff, doubling).
         """
     )
     _run(admin, f"CREATE ROLE {WORKER_ROLE} LOGIN IN ROLE aidb_workers;")
@@ -1035,21 +1062,37 @@ def _long_term_memory(
         _say("The events it worked, as the worker sees them:")
         worked = _run(worker, _WORKED) or []
     statuses = {row[2] for row in worked}
-    if endpoint is None:
-        nothing = "extraction needs a language model, and the builtin summarizer is none"
-    elif statuses == {"processed"}:
-        nothing = "the model found no fact worth keeping"
+    if statuses == {"processed"}:
+        nothing = "the model found no fact worth keeping" if endpoint else "no turn had text"
+    elif endpoint is None:
+        nothing = "the worker did not process the events, see its step"
     else:
         nothing = "the extraction calls did not succeed, see the worker's step"
     errors = [row[4] for row in worked if row[4]]
-    if endpoint is None:
-        _say(SKIPPED_LINE + ".")
+    if endpoint is None and statuses == {"processed"}:
+        _say(VERBATIM_LINE + ".")
         _say(
             """
-            The namespace's llm is the builtin extractive summarizer, which quotes sentences
-            but is not a language model: it cannot extract facts, so the worker marked each
-            event skipped and wrote no memory. Set OPENAI_API_KEY or OPENAI_BASE_URL to see
-            extraction and search.
+            The builtin extractive summarizer quotes sentences but is not a language model, so
+            with extraction_mode auto (the default) the worker kept what alice and bob said, as
+            they said it, rather than facts a model would word; search below finds them all the
+            same. extraction_mode verbatim_all keeps the assistant's turns too; model insists on
+            a model. Set OPENAI_API_KEY or OPENAI_BASE_URL to see a model extract facts instead.
+            As an admin, the extraction calls made to a model:
+            """
+        )
+        _run(
+            admin,
+            """
+            SELECT count(*) AS extraction_calls
+            FROM aidb_memory.model_calls WHERE purpose = 'extraction';
+            """,
+        )
+    elif endpoint is None:
+        first = f" The first error: {errors[0]}." if errors else ""
+        _say(
+            f"""
+            Not every event was processed (statuses {", ".join(sorted(statuses))}).{first}
             """
         )
     elif statuses == {"processed"}:
@@ -1088,9 +1131,10 @@ def _long_term_memory(
         if isinstance(answer, dict):
             result = answer.get("result") or {}
             if answer.get("status") == "processed":
+                added = result.get("added", 0)
                 _say(
                     f"""
-                    Processed: {result.get("added", 0)} memories added,
+                    Processed: {added} {"memory" if added == 1 else "memories"} added,
                     {result.get("updated", 0)} updated, {result.get("invalidated", 0)}
                     invalidated, {result.get("duplicates", 0)} duplicates not stored again;
                     result.memories holds the ids of the new ones.
@@ -1114,7 +1158,16 @@ def _long_term_memory(
         FROM aidb_memory.list_memories(namespace => 'helpdesk_namespace', actor_id => 'alice');
         """,
     )
-    if memories:
+    if memories and endpoint is None:
+        _say(
+            """
+            The current memories, newest first: every user turn since extraction was turned on,
+            as alice wrote it, the small talk too. Verbatim extraction keeps what was said, not
+            what matters; a model would pick and word the facts, and merge a changed fact with
+            the old one.
+            """
+        )
+    elif memories:
         _say(
             """
             The current memories, newest first. A memory that a later fact supersedes keeps its
@@ -1123,7 +1176,7 @@ def _long_term_memory(
             """
         )
     else:
-        _say(f"None: {nothing}. Only the worker writes memories.")
+        _say(f"None: {nothing}. The worker writes memories, and remember (below).")
 
     _heading("search: an exact word and a misspelled one")
     if not memories:
@@ -1147,6 +1200,27 @@ def _long_term_memory(
             _say("The misspelling still finds the fact, through its trigrams.")
         else:
             _say("Nothing found: the model worded the facts without a word close to bakerys.")
+
+    _heading("A fact stored at once: remember")
+    _say(
+        """
+        The worker makes memories of conversations, later. remember stores one fact now, in the
+        caller's transaction, with no model and no worker, and returns the memory's id. The
+        help-desk agent notes who alice's auditor is:
+        """
+    )
+    stored = _run(app, _REMEMBER)
+    _say("search finds it at once, by its words:")
+    _run(app, _SEARCH.format(query="auditor"))
+    _say("The same call again, as a client retries after a lost reply:")
+    again = _run(app, _REMEMBER)
+    same = bool(stored and again and stored[0][0] == again[0][0])
+    _say(
+        f"""
+        {"The same id" if same else "A DIFFERENT id (this is a bug)"}: an exact duplicate of a
+        current memory of the actor is not stored twice.
+        """
+    )
 
     _heading("Erasure: forget")
     _say(
@@ -1212,8 +1286,8 @@ def _listing(app: Connection, admin: Connection) -> None:
     _say(
         """
         An admin sees the event each add recorded for long-term memory: one per add, none for the
-        retry. Those of the adds made before the namespace had a model are skipped; the later
-        ones went through the worker above. bob's are gone with everything else of his.
+        retry. Those of the adds made while extraction was off are skipped; the later ones went
+        through the worker above. bob's are gone with everything else of his.
         """
     )
     _run(

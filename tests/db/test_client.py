@@ -134,6 +134,12 @@ def test_sync_every_method(ns: Database) -> None:
         assert len(m.search(NS, "alice", "Alice", limit=1)) == 1
         assert m.search(NS, "alice", "bike", session_id="s-1") == []
 
+        remembered = m.remember(NS, "alice", "Alice drinks oat milk", session_id="s-3")
+        assert isinstance(remembered, uuid.UUID)
+        assert [h.id for h in m.search(NS, "alice", "oat milk", limit=1)] == [remembered]
+        assert m.remember(NS, "alice", "Alice drinks oat milk") == remembered  # stored once
+        assert m.delete(NS, "alice", {"ids": [remembered]}, "test") == 1
+
         memories = m.list_memories(NS, "alice")
         assert all(isinstance(r, MemoryRecord) and r.current for r in memories)
         assert len(memories) == 3
@@ -171,6 +177,12 @@ def test_async_every_method(ns: Database) -> None:
             assert handoff is not None and handoff.turn_count == 1
             hits = await m.search(NS, "alice", "Lisbon")
             assert [h.content for h in hits][:1] == ["Alice lives in Lisbon"]
+            remembered = await m.remember(NS, "alice", "Alice drinks oat milk", agent_id="a-2")
+            assert isinstance(remembered, uuid.UUID)
+            assert await m.remember(NS, "alice", "Alice drinks oat milk") == remembered
+            (hit,) = await m.search(NS, "alice", "oat milk", agent_id="a-2")
+            assert (hit.id, hit.agent_id, hit.session_id) == (remembered, "a-2", None)
+            assert await m.delete(NS, "alice", {"ids": [remembered]}, "test") == 1
             memories = await m.list_memories(NS, "alice")
             assert len(memories) == 3
             assert await m.delete(NS, "alice", {"ids": [str(memories[0].id)]}, "asked") == 1
@@ -344,6 +356,46 @@ def test_a_given_connection_is_the_callers_transaction(ns: Database) -> None:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
         conn.rollback()
         assert len(m.session_get(NS, "alice", "conv-1").items) == 2
+
+
+def test_remember_is_in_the_callers_transaction_and_refuses_bad_input(ns: Database) -> None:
+    with psycopg.connect(ns.dsn(APP_USER)) as conn:
+        m = Memory(conn)
+        first = m.remember(NS, "bob", "Bob likes jazz")
+        # In the caller's transaction: searchable at once, through it, before the commit.
+        assert [h.id for h in m.search(NS, "bob", "jazz")] == [first]
+        assert ns.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'bob'") == 0
+        conn.rollback()
+        assert m.search(NS, "bob", "jazz") == []
+        kept = m.remember(NS, "bob", "Bob likes jazz", session_id="s-9", agent_id="agent-2")
+        conn.commit()
+        (record,) = m.list_memories(NS, "bob")
+        assert (record.id, record.content, record.session_id, record.agent_id) == (
+            kept,
+            "Bob likes jazz",
+            "s-9",
+            "agent-2",
+        )
+        conn.commit()
+        with pytest.raises(InvalidArgument) as info:
+            m.remember(NS, "bob", "x" * 1001)  # over memory_max_chars (1000)
+        assert (info.value.sqlstate, info.value.function) == ("22023", "remember")
+        assert "content" in info.value.message
+        conn.rollback()
+        with pytest.raises(InvalidArgument) as info:
+            m.remember(NS, "bob", None)  # type: ignore[arg-type]
+        assert info.value.sqlstate == "22004"
+        conn.rollback()
+        with pytest.raises(NamespaceNotFound):
+            m.remember("no_such_namespace", "bob", "Bob likes jazz")
+        conn.rollback()
+        # A read-only transaction (as on a replica) refuses the write.
+        conn.read_only = True
+        with pytest.raises(AidbMemoryError) as info:
+            m.remember(NS, "bob", "Bob likes blues")
+        assert info.value.sqlstate == "25006"
+        conn.rollback()
+    assert ns.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'bob'") == 1
 
 
 def test_statements_are_prepared(ns: Database) -> None:

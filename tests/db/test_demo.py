@@ -3,9 +3,10 @@
 It runs as a user runs it, ``python -m aidb_memory demo`` in its own process, with its own
 throwaway server (not the test run's). Compaction uses the builtin extractive summarizer unless
 ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` name an endpoint; here that endpoint is the fake
-OpenAI-compatible server (tests/fake_openai.py), answering or failing. Extraction needs that
-endpoint: without one the demo says it skipped extraction; with one, the fake answers the
-extraction requests (those with a ``response_format``) with operations, or with malformed JSON.
+OpenAI-compatible server (tests/fake_openai.py), answering or failing. Without an endpoint,
+extraction is verbatim (no model, no network: the user's turns are the memories); with one, the
+fake answers the extraction requests (those with a ``response_format``) with operations, or with
+malformed JSON. Either way a direct ``remember`` is found by ``search`` at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 
 import pytest
 
-from aidb_memory.demo import BUILTIN_LINE, SKIPPED_LINE, pretty_json
+from aidb_memory.demo import _ALICE_FACTS, _BOB, BUILTIN_LINE, VERBATIM_LINE, pretty_json
 from conftest import run_cli
 from fake_openai import FakeOpenAI, Reply, Request, serve
 
@@ -369,12 +370,33 @@ def _forget_checks(forget: str, memories: int) -> None:
         assert content not in audit, audit
 
 
-def test_demo_without_an_endpoint_says_it_skipped_extraction(
+def _said(text: str) -> str:
+    """Text with its line breaks and indentation as single spaces (wrapped output, read whole)."""
+    return " ".join(text.split())
+
+
+def _remember_checks(remember: str) -> None:
+    """remember stored the fact (an id), search found it at once, and the same call again gave
+    the same id."""
+    ids = UUID.findall(remember)
+    assert len(ids) == 2 and ids[0] == ids[1], remember
+    assert "aidb_memory.remember(" in remember
+    # Found first (the result is a table, or one record at a time when too wide for one).
+    found = _after(remember, "query     => 'auditor'").split("aidb_memory.remember(")[0]
+    assert "The auditor of Alice Co is Priya Shah." in found, found
+    other = found.find("Our auditor")  # alice's own words, when extraction kept them
+    assert other == -1 or found.index("The auditor of Alice Co") < other, found
+    assert "The same id: an exact duplicate" in _said(remember)
+
+
+def test_demo_without_an_endpoint_extracts_verbatim(
     demo: subprocess.CompletedProcess[str],
 ) -> None:
     out = demo.stdout
     assert demo.returncode == 0, out + demo.stderr
     steps = _steps(out)
+    # Extraction is off while the first conversations run, then on (the default mode, auto).
+    assert '"extraction": false' in _step(steps, "namespace for the help-desk agent")
     model = _step(steps, "A model for compaction")
     assert '"extraction": true' in model and "cannot extract facts" in model
 
@@ -382,31 +404,43 @@ def test_demo_without_an_endpoint_says_it_skipped_extraction(
     assert '"status": "accepted"' in told and '"attempts": 0' in told
 
     worker = _step(steps, "extraction worker")
-    said = " ".join(worker.split())
-    assert SKIPPED_LINE in said
-    assert "builtin extractive summarizer" in said and "cannot extract facts" in said
+    said = _said(worker)
+    assert VERBATIM_LINE in said
+    assert "extraction is verbatim" in said and "No model is called" in said
     assert "CREATE ROLE helpdesk_worker LOGIN IN ROLE aidb_workers" in worker
     assert _worked_counts(worker) == ["3", "0", "0"]
     events = _table_rows(_after(worker, WORKED))
-    assert [(r[0], r[2], r[3]) for r in events] == [
-        ("alice", "skipped", "1"),
-        ("alice", "skipped", "1"),
-        ("bob", "skipped", "1"),
+    assert [(r[0], r[2], r[3], r[4]) for r in events] == [
+        ("alice", "processed", "1", "NULL"),
+        ("alice", "processed", "1", "NULL"),
+        ("bob", "processed", "1", "NULL"),
     ], events
+    # No model was asked: the demo had no network to ask.
+    assert re.search(r"extraction_calls\n +-+\n +0\n", worker), worker
 
     status = _step(steps, "What an event produced")
-    assert '"status": "skipped"' in status
-    assert "the builtin extractive model cannot extract facts" in status
+    assert '"status": "processed"' in status
+    assert "Processed: 1 memory added" in _said(status)
 
-    assert "(0 rows)" in _step(steps, "list_memories")
+    # alice's memories are what she said, as she said it (her user turn; not the assistant's).
+    listed = _said(_step(steps, "list_memories"))
+    assert _said(_ALICE_FACTS[0][1]) in listed
+    assert "the small talk too" in listed
+    assert _said(_ALICE_FACTS[1][1]) not in listed and "Bob" not in listed
+
     search = _step(steps, "search:")
-    assert "skipped: alice has no memories to search" in " ".join(search.split())
-    assert "aidb_memory.search(" not in search, "no search runs on nothing"
+    for query in ("email", "bakerys"):
+        found = _after(search, f"query     => '{query}'")
+        assert "Alice Co runs four bakeries" in _said(found.split("aidb_memory.search(")[0])
+    assert "The misspelling still finds the fact" in search
 
-    _forget_checks(_step(steps, "forget"), memories=0)
+    _remember_checks(_step(steps, "remember"))
+    _forget_checks(_step(steps, "forget"), memories=1)
+    assert _said(_BOB[0][1]) not in _said(_step(steps, "forget"))
     # The events that remain: alice's only, none accepted or failed.
     admins = _step(steps, "admins")
     assert "| bob " not in admins and "accepted" not in admins and "failed" not in admins
+    assert "Traceback" not in out + demo.stderr
 
 
 def test_demo_with_an_endpoint_extracts_and_searches(
@@ -416,7 +450,7 @@ def test_demo_with_an_endpoint_extracts_and_searches(
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert KEY not in out + result.stderr
-    assert SKIPPED_LINE not in out
+    assert VERBATIM_LINE not in out
     steps = _steps(out)
 
     # One extraction request per event (alice's two, bob's one), with structured output.
@@ -451,6 +485,7 @@ def test_demo_with_an_endpoint_extracts_and_searches(
     assert misspelled[0][0] == "Alice Co runs four bakeries in Edinburgh.", misspelled
     assert "The misspelling still finds the fact" in search
 
+    _remember_checks(_step(steps, "remember"))
     _forget_checks(_step(steps, "forget"), memories=1)
     assert out.rstrip().endswith("the server is stopped and its files removed.")
 
@@ -488,5 +523,6 @@ def test_demo_with_malformed_extraction_answers_completes_and_shows_the_error() 
     assert "(0 rows)" in _step(steps, "list_memories")
     search = " ".join(_step(steps, "search:").split())
     assert "no memories to search (the extraction calls did not succeed" in search
+    _remember_checks(_step(steps, "remember"))
     _forget_checks(_step(steps, "forget"), memories=0)
     assert out.rstrip().endswith("the server is stopped and its files removed.")

@@ -1,8 +1,9 @@
 """LangGraph store (issue 12, item 3): AidbStore against a real server with the real langgraph:
 namespaces are (namespace, actor), items are memories (get, search with and without a query,
-filters, pagination, delete), put records a fact-bearing turn that the extraction worker turns
-into memories (the fake OpenAI server answers), what cannot be honoured is refused, async too,
-and a compiled graph uses it as its store.
+filters, pagination, delete), put stores a memory directly through ``remember`` (found at once,
+no model: the namespace's model, the fake OpenAI server, sees no request) and replaces the memory
+its key names, what cannot be honoured is refused, async too, and a compiled graph uses it as its
+store.
 
 The installed langgraph (1.2) and langgraph-checkpoint (4.3) ship no store conformance tests
 (their wheels hold no tests; langgraph-checkpoint-conformance covers checkpointers, and is not
@@ -21,9 +22,9 @@ from langgraph.store.base import BaseStore, InvalidNamespaceError, Item, SearchI
 from psycopg_pool import AsyncConnectionPool
 
 from aidb_memory.client import Memory
-from aidb_memory.integrations.langgraph import AidbStore
-from conftest import APP_USER, WORKER_USER, Database
-from fake_openai import FakeOpenAI, Reply
+from aidb_memory.integrations.langgraph import DEFAULT_DELETE_REASON, AidbStore
+from conftest import APP_USER, Database
+from fake_openai import FakeOpenAI
 
 NS = "lg"
 ERIN = (NS, "erin")
@@ -65,11 +66,6 @@ def store(dsn: str) -> Any:
     store = AidbStore(dsn=dsn, agent_id="graph")
     yield store
     store.close()
-
-
-def work(db: Database) -> None:
-    with db.connect(WORKER_USER) as conn:
-        conn.execute("CALL aidb_memory.process_events(max_events => 10, backoff_s => 0)")
 
 
 def test_is_a_base_store(store: AidbStore) -> None:
@@ -131,39 +127,61 @@ def test_get_and_delete_by_memory_id(store: AidbStore, dsn: str) -> None:
         assert len(memory.list_memories(NS, "erin")) == 3
 
 
-def test_put_records_a_turn_the_worker_extracts(
+def test_put_stores_a_memory_that_search_finds_at_once(
     store: AidbStore, db: Database, fake: FakeOpenAI
 ) -> None:
-    fake.script.append(
-        Reply(
-            content=json.dumps(
-                {"operations": [{"op": "add", "target": None, "text": "Erin speaks Portuguese"}]}
-            )
-        )
-    )
-    store.put(ERIN, "note-1", {"content": "I speak Portuguese fluently."})
-    store.put(ERIN, "note-1", {"content": "I speak Portuguese fluently."})  # a retry
-    # Not an item under the key: nothing until the worker has run, then a memory of its own.
-    assert store.get(ERIN, "note-1") is None
-    assert store.search(ERIN, query="Portuguese") == []
-    events = db.sql(
-        "SELECT actor_id, agent_id, session_id, status FROM aidb_memory.events "
-        "WHERE actor_id = 'erin'"
-    )
-    assert events == [("erin", "graph", None, "accepted")]
-    work(db)
+    store.put(ERIN, "note-1", {"content": "Erin speaks Portuguese fluently."})
+    store.put(ERIN, "note-1", {"content": "Erin speaks Portuguese fluently."})  # a retry
     found = store.search(ERIN, query="Portuguese")
-    assert [i.value["content"] for i in found] == ["Erin speaks Portuguese"]
-    assert found[0].value["agent_id"] == "graph"
-    assert store.get(ERIN, found[0].key) == Item(
-        value=found[0].value,
-        key=found[0].key,
-        namespace=ERIN,
-        created_at=found[0].created_at,
-        updated_at=store.get(ERIN, found[0].key).updated_at,  # type: ignore[union-attr]
+    assert [i.value for i in found] == [
+        {"content": "Erin speaks Portuguese fluently.", "agent_id": "graph", "session_id": None}
+    ]
+    # The memory has an id of its own, its key; the key put under is no item.
+    assert store.get(ERIN, "note-1") is None
+    got = store.get(ERIN, found[0].key)
+    assert got is not None and got.value == found[0].value
+    # Stored directly: no event for the worker, no model call.
+    assert db.value("SELECT count(*) FROM aidb_memory.event") == 0
+    assert fake.requests == []
+    # A value may name its agent and session: an item's value can be put back as it is.
+    store.put(
+        ERIN,
+        "note-2",
+        {"content": "Erin rents a car in Porto.", "session_id": "trip-3", "agent_id": "cars"},
     )
-    # The model was shown the turn as the user's.
-    assert "user: I speak Portuguese fluently." in json.dumps(fake.requests[-1].body)
+    (car,) = store.search(ERIN, filter={"session_id": "trip-3"})
+    assert car.value == {
+        "content": "Erin rents a car in Porto.",
+        "agent_id": "cars",
+        "session_id": "trip-3",
+    }
+    assert len(store.search(ERIN)) == len(FACTS) + 2
+
+
+def test_put_under_a_memorys_key_replaces_it(store: AidbStore, db: Database) -> None:
+    (old,) = store.search(ERIN, query="Lisbon", limit=1)
+    store.put(ERIN, old.key, {**old.value, "content": "Erin lives in Porto"})
+    assert store.get(ERIN, old.key) is None
+    (new,) = store.search(ERIN, filter={"session_id": "trip-2", "agent_id": "travel"})
+    assert new.key != old.key
+    assert new.value == {
+        "content": "Erin lives in Porto",
+        "agent_id": "travel",
+        "session_id": "trip-2",
+    }
+    assert len(store.search(ERIN)) == len(FACTS)
+    # The replaced memory's delete is audited with the store's reason.
+    assert db.sql("SELECT action, reason FROM aidb_memory.audit_log") == [
+        ("delete", DEFAULT_DELETE_REASON)
+    ]
+    # Put again (a retry): the same memory, nothing else deleted.
+    store.put(ERIN, old.key, {**old.value, "content": "Erin lives in Porto"})
+    assert [i.key for i in store.search(ERIN, query="Porto")] == [new.key]
+    assert len(store.search(ERIN)) == len(FACTS)
+    # Fred's memory is not Erin's to replace.
+    (fred,) = store.search((NS, "fred"))
+    store.put(ERIN, fred.key, {"content": "Erin likes trains"})
+    assert store.get((NS, "fred"), fred.key) is not None
 
 
 def test_what_cannot_be_honoured_is_refused(store: AidbStore) -> None:
@@ -205,14 +223,16 @@ def test_async_with_a_pool(dsn: str) -> None:
             assert (await store.aget(ERIN, hit.key)) is not None
             await store.adelete(ERIN, hit.key)
             assert (await store.aget(ERIN, hit.key)) is None
-            await store.aput(ERIN, "k", {"content": "I moved to Porto."})
+            await store.aput(ERIN, "k", {"content": "Erin moved to Porto."})
+            moved = await store.asearch(ERIN, query="Porto")
+            assert [i.value["content"] for i in moved] == ["Erin moved to Porto."]
             assert await store.alist_namespaces(prefix=ERIN) == [ERIN]
             with pytest.raises(TypeError, match="async"):
                 store.search(ERIN)
 
     asyncio.run(main())
     with Memory(dsn) as memory:
-        assert len(memory.list_memories(NS, "erin")) == 3
+        assert len(memory.list_memories(NS, "erin")) == len(FACTS)
 
 
 def test_a_graph_reads_its_store(store: AidbStore) -> None:

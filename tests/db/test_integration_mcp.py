@@ -2,8 +2,9 @@
 own client over stdio, as a host (Claude Desktop, Cursor) would drive it.
 
 Each test spawns ``python -m aidb_memory mcp ...`` connecting as the application role; the
-memories come from the real extraction worker (with the fake OpenAI server as its model) or are
-inserted as the worker would write them.
+memories come from the ``remember`` tool (a direct write, no worker and no model: the namespace's
+model is the fake OpenAI server, which must see no request) or are inserted as the worker would
+write them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from conftest import APP_USER, REPO, WORKER_USER, Database, run_cli
-from fake_openai import FakeOpenAI, Reply, serve
+from conftest import APP_USER, REPO, Database, run_cli
+from fake_openai import FakeOpenAI, serve
 
 NS = "mem"
 TOOLS = {"search_memories", "remember", "list_memories", "forget_memory"}
@@ -27,22 +28,14 @@ TOOLS = {"search_memories", "remember", "list_memories", "forget_memory"}
 
 @pytest.fixture
 def fake() -> Iterator[FakeOpenAI]:
-    """The model of extraction: every event becomes one memory, the text of its user turn."""
+    """The namespace's model, which the tools never call."""
     with serve() as server:
-
-        def extract(request: Any) -> Reply:
-            prompt = json.dumps(request.body.get("messages", []))
-            fact = "Alice prefers window seats" if "window" in prompt else "A fact."
-            op = {"op": "add", "text": fact, "target": None}
-            return Reply(content=json.dumps({"operations": [op]}))
-
-        server.default = extract
         yield server
 
 
 @pytest.fixture
 def ns(db: Database, fake: FakeOpenAI) -> None:
-    """A namespace that extracts memories (its model is the fake server)."""
+    """A namespace with a model (the fake server) for extraction."""
     opts = {"model": "fake-chat", "base_url": fake.base_url}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
     db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
@@ -115,57 +108,57 @@ def test_the_tools_are_the_memory_tools_and_none_reads_a_session(db: Database, n
     assert tools["forget_memory"].annotations.destructive_hint is True
 
 
-def test_remember_extract_search_list_forget(db: Database, ns: None) -> None:
-    async def remember(client: Client) -> CallToolResult:
-        return await client.call_tool("remember", {"fact": "I prefer window seats"})
-
-    result = _with_client(db, remember)
-    assert not result.is_error, _text(result)
-    assert result.structured_content is not None
-    assert result.structured_content["status"] == "accepted"
-    event_id = result.structured_content["event_id"]
-    # A user turn, added without a session, for the extraction worker.
-    row = db.sql(
-        "SELECT actor_id, session_id, turns FROM aidb_memory.event WHERE public_id = %s",
-        (event_id,),
+def _memories(db: Database) -> list[tuple[str, str, str]]:
+    """Every memory stored: (public id, actor, content), oldest first."""
+    return db.sql(  # type: ignore[no-any-return]
+        "SELECT public_id::text, actor_id, content FROM aidb_memory.memory ORDER BY id"
     )
-    assert len(row) == 1
-    actor, session, turns = row[0]
-    assert (actor, session) == ("alice", None)
-    assert [(t["role"], t["content"]) for t in turns] == [("user", "I prefer window seats")]
 
-    worker = run_cli("worker", "--once", dsn=db.dsn(WORKER_USER))
-    assert worker.returncode == 0, worker.stderr
 
-    async def read_and_forget(client: Client) -> list[CallToolResult]:
+def test_remember_is_searchable_at_once_then_forgotten(
+    db: Database, ns: None, fake: FakeOpenAI
+) -> None:
+    async def body(client: Client) -> list[CallToolResult]:
+        remembered = await client.call_tool("remember", {"fact": "I prefer window seats"})
+        # In the same conversation, with no worker and no model: found and listed at once.
         found = await client.call_tool("search_memories", {"query": "window seat"})
         listed = await client.call_tool("list_memories", {})
-        assert found.structured_content is not None
-        memory_id = found.structured_content["memories"][0]["id"]
+        # The same fact again (a host retrying, or the model repeating itself): the same memory.
+        again = await client.call_tool("remember", {"fact": "I prefer window seats"})
+        assert remembered.structured_content is not None
+        memory_id = remembered.structured_content["memory_id"]
         forgotten = await client.call_tool(
             "forget_memory", {"memory_id": memory_id, "reason": "the user asked"}
         )
-        again = await client.call_tool(
+        twice = await client.call_tool(
             "forget_memory", {"memory_id": memory_id, "reason": "the user asked"}
         )
         after = await client.call_tool("list_memories", {"limit": 5})
-        return [found, listed, forgotten, again, after]
+        return [remembered, found, listed, again, forgotten, twice, after]
 
-    found, listed, forgotten, again, after = _with_client(db, read_and_forget)
-    assert not found.is_error, _text(found)
+    remembered, found, listed, again, forgotten, twice, after = _with_client(db, body)
+    assert not remembered.is_error, _text(remembered)
+    assert remembered.structured_content is not None
+    memory_id = remembered.structured_content["memory_id"]
+    assert remembered.structured_content == {"memory_id": memory_id}
+    assert json.loads(_text(remembered)) == remembered.structured_content
     assert found.structured_content is not None and listed.structured_content is not None
     hits = found.structured_content["memories"]
-    assert [h["content"] for h in hits] == ["Alice prefers window seats"]
+    assert [(h["id"], h["content"]) for h in hits] == [(memory_id, "I prefer window seats")]
     assert 0 < hits[0]["score"] <= 1
-    assert [m["content"] for m in listed.structured_content["memories"]] == [
-        "Alice prefers window seats"
+    assert [(m["id"], m["content"]) for m in listed.structured_content["memories"]] == [
+        (memory_id, "I prefer window seats")
     ]
-    assert listed.structured_content["memories"][0]["id"] == hits[0]["id"]
     # The text content carries the same JSON, for hosts that read only text.
     assert json.loads(_text(found)) == found.structured_content
+    assert again.structured_content == {"memory_id": memory_id}
+    # Stored directly: no event for the worker, no model call, the fact as the user said it.
+    assert db.value("SELECT count(*) FROM aidb_memory.event") == 0
+    assert fake.requests == []
     assert not forgotten.is_error and forgotten.structured_content == {"deleted": 1}
-    assert again.is_error and f"no memory of this user has the id {hits[0]['id']}" in _text(again)
+    assert twice.is_error and f"no memory of this user has the id {memory_id}" in _text(twice)
     assert after.structured_content == {"memories": []}
+    assert _memories(db) == []
     assert db.sql("SELECT action, reason FROM aidb_memory.audit_log WHERE action = 'delete'") == [
         ("delete", "the user asked")
     ]
@@ -180,18 +173,22 @@ def test_sql_errors_are_tool_errors_with_the_message_never_a_traceback(
             await client.call_tool("search_memories", {"query": "seats", "limit": 500}),
             await client.call_tool("forget_memory", {"memory_id": "not-a-uuid", "reason": "x"}),
             await client.call_tool("list_memories", {"limit": 0}),
+            # Longer than the namespace's memory_max_chars (1000 by default).
+            await client.call_tool("remember", {"fact": "x" * 1001}),
             # And the server is still there after them.
             await client.call_tool("list_memories", {}),
         ]
 
-    empty, too_many, bad_id, bad_limit, fine = _with_client(db, body)
-    for result in (empty, too_many, bad_id, bad_limit):
+    empty, too_many, bad_id, bad_limit, too_long, fine = _with_client(db, body)
+    for result in (empty, too_many, bad_id, bad_limit, too_long):
         assert result.is_error
         assert "Traceback" not in _text(result)
         assert "22023: aidb_memory." in _text(result)
     assert "aidb_memory.search: query must not be empty" in _text(empty)
     assert "aidb_memory.search: limit must be between 1 and 100" in _text(too_many)
     assert "aidb_memory.delete:" in _text(bad_id)
+    assert "aidb_memory.remember: content" in _text(too_long)
+    assert _memories(db) == []
     assert not fine.is_error and fine.structured_content == {"memories": []}
 
 
@@ -214,12 +211,22 @@ def test_the_tools_see_only_the_servers_actor(db: Database, ns: None) -> None:
     assert db.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'bob'") == 1
 
 
-def test_remember_in_a_namespace_that_does_not_extract_says_skipped(db: Database) -> None:
+def test_remember_without_a_model_or_extraction_stores_the_fact(db: Database) -> None:
+    # remember is no extraction: it stores in a namespace with extraction off too.
     db.sql("SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')", (NS,))
-    result = _call(db, "remember", {"fact": "I like tea"})
-    assert not result.is_error, _text(result)
-    assert result.structured_content is not None
-    assert result.structured_content["status"] == "skipped"
+
+    async def body(client: Client) -> list[CallToolResult]:
+        return [
+            await client.call_tool("remember", {"fact": "I like green tea"}),
+            await client.call_tool("search_memories", {"query": "tea"}),
+        ]
+
+    remembered, found = _with_client(db, body)
+    assert not remembered.is_error, _text(remembered)
+    assert remembered.structured_content is not None and found.structured_content is not None
+    memory_id = remembered.structured_content["memory_id"]
+    assert [m["id"] for m in found.structured_content["memories"]] == [memory_id]
+    assert _memories(db) == [(memory_id, "alice", "I like green tea")]
 
 
 def test_the_actor_can_come_from_the_environment(db: Database, ns: None) -> None:
@@ -229,7 +236,9 @@ def test_the_actor_can_come_from_the_environment(db: Database, ns: None) -> None
     options = ("--namespace", NS, "--actor-from-env", "HOST_USER")
     result = _with_client(db, body, *options, env={"HOST_USER": "carol"})
     assert not result.is_error, _text(result)
-    assert db.sql("SELECT actor_id FROM aidb_memory.event") == [("carol",)]
+    assert [(actor, content) for _, actor, content in _memories(db)] == [
+        ("carol", "I live in Porto")
+    ]
 
 
 def test_a_lost_connection_is_opened_again(db: Database, ns: None) -> None:
@@ -244,14 +253,26 @@ def test_a_lost_connection_is_opened_again(db: Database, ns: None) -> None:
         )
         assert terminated == [(True,)]
         second = await client.call_tool("list_memories", {})
+        # A remember that meets a lost connection is tried again on a new one.
+        assert db.sql(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+            "WHERE application_name = 'aidb-memory mcp' AND datname = current_database()"
+        ) == [(True,)]
         remembered = await client.call_tool("remember", {"fact": "I like tea"})
-        return [first, second, remembered]
+        # What makes that retry safe when the first try was stored before the connection was
+        # lost: the same fact again is the same memory, stored once.
+        again = await client.call_tool("remember", {"fact": "I like tea"})
+        return [first, second, remembered, again]
 
-    first, second, remembered = _with_client(db, body)
+    first, second, remembered, again = _with_client(db, body)
     assert not first.is_error and not second.is_error, _text(second)
     assert second.structured_content == first.structured_content
     assert not remembered.is_error, _text(remembered)
-    assert db.value("SELECT count(*) FROM aidb_memory.event") == 1
+    assert again.structured_content == remembered.structured_content
+    assert [content for _, _, content in _memories(db)] == [
+        "Alice has a cat called Miso",
+        "I like tea",
+    ]
 
 
 def test_the_server_stops_when_the_host_closes_stdin(db: Database, ns: None) -> None:

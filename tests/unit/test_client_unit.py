@@ -212,6 +212,20 @@ def test_required_and_null_arguments() -> None:
     assert '"include_closed" => %s::boolean' in _text(listing)
 
 
+def test_remember_sends_only_what_it_is_given() -> None:
+    call = calls.remember("ns", "a", "Alice likes tea", None, None)
+    assert _text(call) == (
+        'SELECT aidb_memory.remember("namespace" => %s::text, "actor_id" => %s::text, '
+        '"content" => %s::text)'
+    )
+    assert call.params == ("ns", "a", "Alice likes tea")
+    both = calls.remember("ns", "a", "x", "conv-1", "bot")
+    assert _text(both).endswith('"session_id" => %s::text, "agent_id" => %s::text)')
+    assert both.params == ("ns", "a", "x", "conv-1", "bot")
+    memory_id = uuid.uuid4()
+    assert call.decode([(memory_id,)]) == memory_id
+
+
 def test_jsonb_both_ways() -> None:
     turns = [{"role": "user", "content": "hi"}]
     call = calls.add("ns", "a", turns, "c", None, None)

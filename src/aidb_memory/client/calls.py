@@ -323,6 +323,27 @@ def search(
     )
 
 
+def remember(
+    namespace: str,
+    actor_id: str,
+    content: str,
+    session_id: str | None,
+    agent_id: str | None,
+) -> Call[uuid.UUID]:
+    return _call(
+        "remember",
+        None,
+        [
+            ("namespace", "text", namespace, True),
+            ("actor_id", "text", actor_id, True),
+            ("content", "text", content, True),
+            ("session_id", "text", session_id, False),
+            ("agent_id", "text", agent_id, False),
+        ],
+        _scalar,
+    )
+
+
 def _records(rows: Rows) -> list[MemoryRecord]:
     return [MemoryRecord(*row) for row in rows]
 

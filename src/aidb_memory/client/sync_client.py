@@ -266,6 +266,20 @@ class Memory:
         """The actor's current memories that best match ``query``, best first."""
         return self._run(calls.search(namespace, actor_id, query, limit, session_id, agent_id))
 
+    def remember(
+        self,
+        namespace: str,
+        actor_id: str,
+        content: str,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> uuid.UUID:
+        """Store one memory now, in this call's transaction and without a model; its id (an
+        exact duplicate of a current memory of the actor stores nothing and returns that
+        memory's id, so a retry is safe). ``search`` finds it at once."""
+        return self._run(calls.remember(namespace, actor_id, content, session_id, agent_id))
+
     def list_memories(
         self,
         namespace: str,

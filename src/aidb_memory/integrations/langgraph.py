@@ -21,13 +21,18 @@ not).
   any other filter is refused (``ValueError``).
 - ``delete(ns, key)`` (and ``put`` of ``None``): ``delete`` of that id, audited with the
   store's ``delete_reason``. A key that is not a memory's id deletes nothing.
-- ``put(ns, key, {"content": text})`` does **not** store an item under ``key``: memories are
-  facts that the extraction worker takes from what an actor says. ``put`` adds ``text`` as a
-  user turn (no session) for extraction; the memories the worker makes of it (none, one or
-  several, deduplicated against what the actor already has, under ids of their own) appear once
-  it has processed the event. So ``get(ns, key)`` right after ``put`` is None. ``key`` makes a
-  retried ``put`` safe: the same key and text record one event. Any other value (other keys,
-  non-text content), ``index`` and ``ttl`` are refused rather than dropped.
+- ``put(ns, key, {"content": text})`` stores ``text`` as one memory now, through ``remember``
+  (no model, no worker; ``search`` finds it at once), with the store's ``agent_id``. The value
+  may also name ``agent_id`` and ``session_id`` (a string or None), so an item's value can be put
+  back as it is. The memory gets an id of its own, which is its key (``put`` returns nothing:
+  ``search`` shows it). Put is a replace: when ``key`` is the id of another of the actor's
+  memories, that memory is deleted after the new one is stored (audited with
+  ``delete_reason``), so ``put(ns, item.key, {"content": corrected})`` corrects a memory; a key
+  that is no memory's id deletes nothing. A text the actor already has, word for word, is not
+  stored twice (``remember`` answers with the existing memory), so a retried ``put`` is safe.
+  Any other value (other keys, non-text content), ``index`` and ``ttl`` are refused rather than
+  dropped. To have the extraction worker make memories of a conversation instead, ``add``
+  its turns with the client.
 - ``list_namespaces``: the SQL API lists no actors, so it answers only a prefix naming one
   ``(namespace, actor_id)``: that namespace when the actor has memories, else nothing; any other
   listing raises ``NotImplementedError``.
@@ -39,7 +44,6 @@ the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory` or ``Async
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -80,6 +84,8 @@ class _Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     finish: Callable[[Any], Result] = lambda answer: None
+    then: Callable[[Any], _Call | None] | None = None
+    """The call to make next with this call's answer (its result is the op's), if any."""
 
 
 def _pair(namespace: tuple[str, ...], what: str) -> tuple[str, str]:
@@ -143,8 +149,8 @@ class AidbStore(BaseStore):
     """A LangGraph ``BaseStore`` whose items are aidb_memory's long-term memories; the module
     docstring says how each operation maps to the SQL API, and what it does not honour.
 
-    ``agent_id`` is recorded on the events ``put`` adds; ``delete_reason`` is the audited
-    reason of every delete.
+    ``agent_id`` is recorded on the memories ``put`` stores (unless the value names one);
+    ``delete_reason`` is the audited reason of every delete (and of a memory a ``put`` replaced).
     """
 
     __slots__ = ("_clients", "agent_id", "delete_reason")
@@ -240,17 +246,34 @@ class AidbStore(BaseStore):
             )
         if op.ttl is not None:
             raise ValueError("AidbStore: memories have no TTL (put(ttl=...) is not supported)")
-        content = op.value.get("content")
-        if set(op.value) != {"content"} or not isinstance(content, str) or not content.strip():
+        value = op.value
+        content = value.get("content")
+        extra = {k: value[k] for k in ("agent_id", "session_id") if k in value}
+        if (
+            set(value) - set(extra) != {"content"}
+            or not isinstance(content, str)
+            or not content.strip()
+            or not all(v is None or isinstance(v, str) for v in extra.values())
+        ):
             raise ValueError(
-                "AidbStore: put takes a value {'content': text}, the text to extract memories "
-                f"from; not {sorted(op.value)!r} (memories are made by the extraction worker)"
+                "AidbStore: put takes a value {'content': text}, optionally with 'agent_id' and "
+                f"'session_id' (strings), the shape of the store's items; not {sorted(value)!r}"
             )
-        digest = hashlib.sha256(f"{op.key}\0{content}".encode()).hexdigest()
+        replaced = _memory_id(op.key)
+
+        def then(memory_id: uuid.UUID) -> _Call | None:
+            if replaced is None or replaced == memory_id:
+                return None
+            return _Call("delete", (namespace, actor, {"ids": [str(replaced)]}, self.delete_reason))
+
         return _Call(
-            "add",
-            (namespace, actor, [{"role": "user", "content": content}]),
-            {"agent_id": self.agent_id, "idempotency_key": f"langgraph-store:{digest}"},
+            "remember",
+            (namespace, actor, content),
+            {
+                "session_id": extra.get("session_id"),
+                "agent_id": extra.get("agent_id") or self.agent_id,
+            },
+            then=then,
         )
 
     def _plan_list_namespaces(self, op: ListNamespacesOp) -> _Call:
@@ -282,11 +305,12 @@ class AidbStore(BaseStore):
         plans = [self._plan(op) for op in ops]
         results: list[Result] = []
         for plan in plans:
-            if plan is None:
-                results.append(None)
-                continue
-            answer = getattr(self._clients.sync(), plan.method)(*plan.args, **plan.kwargs)
-            results.append(plan.finish(answer))
+            result: Result = None
+            while plan is not None:
+                answer = getattr(self._clients.sync(), plan.method)(*plan.args, **plan.kwargs)
+                result = plan.finish(answer)
+                plan = plan.then(answer) if plan.then is not None else None
+            results.append(result)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -294,11 +318,13 @@ class AidbStore(BaseStore):
         plans = [self._plan(op) for op in ops]
         results: list[Result] = []
         for plan in plans:
-            if plan is None:
-                results.append(None)
-                continue
-            method = getattr(self._clients.asynchronous(), plan.method)
-            results.append(plan.finish(await method(*plan.args, **plan.kwargs)))
+            result: Result = None
+            while plan is not None:
+                method = getattr(self._clients.asynchronous(), plan.method)
+                answer = await method(*plan.args, **plan.kwargs)
+                result = plan.finish(answer)
+                plan = plan.then(answer) if plan.then is not None else None
+            results.append(result)
         return results
 
     def close(self) -> None:

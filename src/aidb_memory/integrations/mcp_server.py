@@ -5,9 +5,10 @@ bound to one namespace and one actor when it starts; its tools never take either
 cannot read or erase another actor's memories. The tools:
 
 - ``search_memories(query, limit)``: the actor's current memories that best match a query;
-- ``remember(fact)``: a user turn with the fact, added without a session, for the extraction
-  worker to turn into memories (it answers with the event's id and status: ``accepted``, or
-  ``skipped`` when the namespace does not extract);
+- ``remember(fact)``: stores the fact as one memory now (the SQL API's ``remember``: no model,
+  no worker), so ``search_memories`` and ``list_memories`` show it in the same turn; it answers
+  with the memory's id (for ``forget_memory``). A fact the actor already has, word for word, is
+  not stored twice: the answer names the memory that holds it;
 - ``list_memories(limit)``: the actor's current memories, newest first;
 - ``forget_memory(memory_id, reason)``: delete one memory by id, audited with the reason.
 
@@ -16,15 +17,15 @@ There is deliberately no tool that reads a session: the host owns the conversati
 A failure of a call (an error the SQL API raised) comes back as an MCP tool error whose text is
 the server's message (with its SQLSTATE and hint), never a traceback. A connection lost between
 calls is reopened on the next call; a read or ``remember`` that meets the lost connection is
-tried once more on a new one (``remember`` carries an idempotency key, so it never stores a
-fact twice), a ``forget_memory`` is not.
+tried once more on a new one (a ``remember`` that was stored before the connection was lost
+is an exact duplicate the second time, which stores nothing and answers with the same id), a
+``forget_memory`` is not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -80,10 +81,9 @@ class Memories(BaseModel):
 
 
 class Remembered(BaseModel):
-    event_id: str = Field(description="the id of the event recorded for extraction")
-    status: str = Field(
-        description="accepted: the extraction worker will turn it into memories; skipped: "
-        "this namespace does not extract memories, so nothing will be stored"
+    memory_id: str = Field(
+        description="the id of the memory that holds the fact (for forget_memory); a fact "
+        "already remembered word for word keeps its memory and id"
     )
 
 
@@ -193,24 +193,18 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
         hits = await run(lambda m: m.search(namespace, actor_id, query, limit=limit))
         return SearchResult(memories=[_found(hit) for hit in hits])
 
-    @server.tool(annotations=ToolAnnotations(open_world_hint=False))
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True, open_world_hint=False))
     async def remember(
         fact: Annotated[
             str, Field(description="the fact, in a sentence, e.g. 'I prefer window seats'")
         ],
     ) -> Remembered:
-        """Remember a lasting fact about the user. It is stored as something the user said;
-        the memory extraction worker turns it into memories shortly after (merging it with
-        what is known: a changed fact replaces the old one)."""
-        key = f"mcp-{uuid.uuid4()}"  # a retry on a new connection stores nothing twice
-        turns = [{"role": "user", "content": fact}]
-
-        async def add(memory: AsyncMemory) -> Remembered:
-            event_id = await memory.add(namespace, actor_id, turns, idempotency_key=key)
-            status = await memory.status(namespace, actor_id, event_id)
-            return Remembered(event_id=str(event_id), status=status.status if status else "unknown")
-
-        return await run(add)
+        """Remember a lasting fact about the user: it is stored as a memory at once, so
+        search_memories finds it in this same conversation. The fact is kept as written (no
+        model rewrites or merges it); a fact already remembered word for word is not stored
+        twice. To correct a fact, forget the old memory and remember the new one."""
+        memory_id = await run(lambda m: m.remember(namespace, actor_id, fact))
+        return Remembered(memory_id=str(memory_id))
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
