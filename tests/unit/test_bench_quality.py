@@ -201,3 +201,8 @@ def test_the_pure_parts_import_neither_torch_nor_a_baseline() -> None:
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_bm25_tokens_leave_the_stop_words_out_when_given() -> None:
+    stop = frozenset({"the", "to", "did"})
+    assert locomo.tokens("Did Ada go to THE garden?", stop) == ["ada", "go", "garden"]
