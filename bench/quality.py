@@ -66,13 +66,15 @@ LIMIT = 10
 FUSION_DEPTH = 200  # each ranking fused by rrf: its best 200 (search's signals rank 200 each)
 
 SEARCH = 'SELECT id::text FROM aidb_memory.search(%s, %s, %s, "limit" => 10)'
-# The full-text baseline: the rows of NS_PLAIN, their english tsvector, per actor.
+# The full-text baseline: the rows of NS_PLAIN, their english tsvector, per actor. Equal ranks
+# (common among short turns) go in the order the turns were written, as in the BM25 and dense
+# baselines, never by the random memory ids, so that a run repeats its numbers.
 FTS_SETUP = [
     "CREATE EXTENSION IF NOT EXISTS btree_gin",
     "CREATE SCHEMA quality",
     """
     CREATE TABLE quality.fts AS
-    SELECT m.public_id AS id, m.actor_id AS actor, m.content,
+    SELECT m.public_id AS id, m.id AS seq, m.actor_id AS actor, m.content,
            to_tsvector('english', m.content) AS tsv
     FROM aidb_memory.memory AS m JOIN aidb_memory.namespace AS n ON n.id = m.namespace_id
     WHERE n.name = %s AND m.valid_to IS NULL
@@ -86,7 +88,7 @@ FTS = """
 WITH q AS (SELECT replace(plainto_tsquery('english', %(q)s)::text, '&', '|')::tsquery AS q)
 SELECT f.id::text FROM quality.fts AS f, q
 WHERE f.actor = %(actor)s AND f.tsv @@ q.q
-ORDER BY ts_rank_cd(f.tsv, q.q) DESC, f.id
+ORDER BY ts_rank_cd(f.tsv, q.q) DESC, f.seq
 LIMIT 10
 """
 PROCESS = "CALL aidb_memory.process_events(max_events => 1000, lease_s => 600, backoff_s => 0)"
