@@ -73,10 +73,11 @@ COMMENT ON FUNCTION aidb_memory.argument_cap(text, text, text) IS
 'Internal: the size cap of argument field of aidb_memory.fn (from the namespace''s config or a '
 'constant), the wording of its error and its hint; NULL cap when the argument has none.';
 
--- A jsonb argument: its JSON text is never made. Over 5 bytes of jsonb per character of its JSON
--- text does not occur (deeply nested empty arrays reach 4: 8 bytes per "[]"), so a value of more
--- than 5 * cap + 64 bytes is refused as "at least" that many characters; a smaller one is
--- measured exactly, which costs at most a text of about 5 times the cap.
+-- A jsonb argument: its JSON text is never made when it is too long. Over 5 bytes of jsonb per
+-- character of its JSON text does not occur (deeply nested empty arrays reach 4: 8 bytes per
+-- "[]"), and its widest numbers' text is counted alone: a value of more than 5 * cap + 64 bytes,
+-- or whose wide numbers alone are over the cap, is refused as "at least" that many characters; a
+-- smaller one is measured exactly, which costs at most a text of about 6 times the cap.
 CREATE OR REPLACE FUNCTION aidb_memory.refuse_oversized(
     fn text, field text, namespace text, value jsonb
 )
@@ -90,6 +91,7 @@ AS $$
 DECLARE
     c record;
     bytes bigint := pg_catalog.pg_column_size(value);
+    wide bigint;
     chars bigint;
     counted text := '';
 BEGIN
@@ -97,8 +99,18 @@ BEGIN
     IF c.cap IS NULL OR bytes IS NULL THEN
         RETURN;
     END IF;
-    IF (bytes OPERATOR(pg_catalog.-) 64) OPERATOR(pg_catalog./) 5 OPERATOR(pg_catalog.>) c.cap THEN
-        chars := (bytes OPERATOR(pg_catalog.-) 64) OPERATOR(pg_catalog./) 5;
+    chars := (bytes OPERATOR(pg_catalog.-) 64) OPERATOR(pg_catalog./) 5;
+    IF chars OPERATOR(pg_catalog.<=) c.cap THEN
+        -- The JSON text of its widest numbers (codebundle.WIDE_NUMBER_PATH, the same path): a
+        -- few bytes of jsonb each, up to 131,072 characters of text. Walked only in a value of
+        -- at most 5 * cap + 64 bytes: a walk of the whole value costs memory in proportion.
+        SELECT pg_catalog.sum(pg_catalog.length(x::text)) INTO wide
+        FROM pg_catalog.jsonb_path_query(value,
+            'strict $.** ? (@.type() == "number" && (@ >= 1e100 || @ <= -1e100 || (@ != 0 && @ > -1e-98 && @ < 1e-98)))'
+        ) AS x;
+        chars := GREATEST(chars, coalesce(wide, 0));
+    END IF;
+    IF chars OPERATOR(pg_catalog.>) c.cap THEN
         counted := 'at least ';
     ELSE
         chars := pg_catalog.length(value::text);

@@ -274,23 +274,44 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
 # Text and jsonb arguments larger than this are measured by the wrapper, before PL/Python copies
 # them (sql/12_argument_caps.sql); a smaller one is checked by the Python code after it.
 GUARD_BYTES = 65_536
-_GUARD = """    IF pg_catalog.pg_column_size(${i}) OPERATOR(pg_catalog.>) {bytes} THEN
+# A number of more than 100 characters of JSON text (what validation.JSON_MAX_NUMBER_CHARS
+# refuses) whose magnitude makes its text long whatever the client sent: jsonb keeps 1e100000 in
+# a few bytes and writes it out as 100,001 digits, so a small jsonb could become a huge JSON text
+# before Python sees it. sql/12_argument_caps.sql has the same path (a unit test holds them equal).
+WIDE_NUMBER_PATH = (
+    'strict $.** ? (@.type() == "number" && (@ >= 1e100 || @ <= -1e100 '
+    "|| (@ != 0 && @ > -1e-98 && @ < 1e-98)))"
+)
+_GUARD = """    IF pg_catalog.pg_column_size(${i}) OPERATOR(pg_catalog.>) {bytes}{wide} THEN
         PERFORM {schema}.refuse_oversized('{name}', '{field}', {namespace}, ${i});
     END IF;
 """
+_WIDE = "\n       OR pg_catalog.jsonb_path_exists(${i}, '{path}')"
 
 
 def _size_guards(schema: str, name: str, args: list[Any]) -> str:
-    """The wrapper's checks of its text and jsonb arguments' sizes (:data:`GUARD_BYTES`)."""
+    """The wrapper's checks of its text and jsonb arguments' sizes (:data:`GUARD_BYTES`; a
+    jsonb's numbers too, :data:`WIDE_NUMBER_PATH`)."""
     names = [a.name for a in args]
     namespace = f"${names.index('namespace') + 1}" if "namespace" in names else "NULL::text"
-    return "".join(
-        _GUARD.format(
-            i=i, bytes=GUARD_BYTES, schema=schema, name=name, field=a.name, namespace=namespace
+    guards = []
+    for i, a in enumerate(args, start=1):
+        kind = RawStream()(a.argType)
+        if kind not in ("text", "jsonb"):
+            continue
+        wide = _WIDE.format(i=i, path=WIDE_NUMBER_PATH) if kind == "jsonb" else ""
+        guards.append(
+            _GUARD.format(
+                i=i,
+                bytes=GUARD_BYTES,
+                wide=wide,
+                schema=schema,
+                name=name,
+                field=a.name,
+                namespace=namespace,
+            )
         )
-        for i, a in enumerate(args, start=1)
-        if RawStream()(a.argType) in ("text", "jsonb")
-    )
+    return "".join(guards)
 
 
 def _options(stmt: Any) -> list[tuple[str, Any]]:

@@ -100,6 +100,38 @@ def test_a_refused_100_mb_add_peaks_within_the_parse_of_its_value(ns: Database, 
     assert ns.value("SELECT count(*) FROM aidb_memory.event") == 0
 
 
+def test_a_small_jsonb_of_wide_numbers_is_refused_before_its_json_text_is_made(
+    ns: Database,
+) -> None:
+    """1e100000 is a few bytes of jsonb and 100,001 characters of JSON text: 300 of them in a
+    5 kB value would be a 30 MB text and a 30 MB Python string before any check ran."""
+    text = "[" + ", ".join(["1e100000"] * 300) + "]"
+    assert ns.value("SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)) < 65_536
+    error, parse_peak, _ = _call_in_new_backend(
+        ns, APP_USER, "SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)
+    )
+    assert error is None
+    error, add_peak, python = _call_in_new_backend(
+        ns, APP_USER, "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's1')", (NS, text)
+    )
+    assert isinstance(error, psycopg.errors.InvalidParameterValue)
+    assert error.diag.message_primary == (
+        "aidb_memory.add: turns has at least 30000300 characters of JSON, more than the namespace "
+        "limit of 1000000"
+    )
+    assert python == 0, "the value reached PL/Python"
+    assert add_peak <= 1.25 * parse_peak + 10_240, (add_peak, parse_peak)  # kB
+    # A wide number within the cap is the Python code's to refuse, with where it is.
+    turns = [{"role": "user", "content": "hi", "meta": {"n": int("9" * 500)}}]
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
+        ns.sql(
+            "SELECT aidb_memory.add(%s, 'alice', %s::jsonb)", (NS, json.dumps(turns)), user=APP_USER
+        )
+    assert raised.value.diag.message_primary == (
+        "aidb_memory.add: turns[0].meta has a number of 500 characters"
+    )
+
+
 def test_between_the_guard_and_five_times_the_cap_the_count_is_exact(ns: Database) -> None:
     ns.sql(
         "SELECT aidb_memory.namespace_update(%s, config => '{\"max_add_chars\": 100000}')", (NS,)

@@ -506,7 +506,8 @@ def test_the_wrapper_measures_text_and_jsonb_arguments_before_the_call(tmp_path:
     add, init = (python_body(s) for s in f.statements if "LANGUAGE plpgsql" in s)
     assert add is not None and init is not None
     guards = re.findall(
-        r"IF pg_catalog\.pg_column_size\(\$(\d)\) OPERATOR\(pg_catalog\.>\) 65536 THEN\s+"
+        r"IF pg_catalog\.pg_column_size\(\$(\d)\) OPERATOR\(pg_catalog\.>\) 65536"
+        r"(?:\s+OR pg_catalog\.jsonb_path_exists\(\$\d, '[^']+'\))? THEN\s+"
         r"PERFORM aidb_memory\.refuse_oversized\('add', '(\w+)', (\S+), \$(\d)\);",
         add,
     )
@@ -515,7 +516,16 @@ def test_the_wrapper_measures_text_and_jsonb_arguments_before_the_call(tmp_path:
     assert guards == [("1", "namespace", "$1", "1"), ("3", "turns", "$1", "3"),
                       ("4", "note", "$1", "4")]  # fmt: skip
     assert add.index("refuse_oversized") < add.index("aidb_memory.add_py(")
+    # The jsonb argument's widest numbers too, and only its.
+    assert add.count("jsonb_path_exists($3, ") == 1 and add.count("jsonb_path_exists") == 1
+    assert codebundle.WIDE_NUMBER_PATH in add
     assert "PERFORM aidb_memory.refuse_oversized('init', 'name', NULL::text, $1);" in init
+
+
+def test_the_wide_number_path_is_the_one_refuse_oversized_counts() -> None:
+    """sql/12_argument_caps.sql counts the text of the numbers the wrappers' guard finds."""
+    sql = (Path(__file__).resolve().parents[2] / "sql" / "12_argument_caps.sql").read_text()
+    assert f"'{codebundle.WIDE_NUMBER_PATH}'" in sql.replace("'\n        '", "")
 
 
 def test_an_ungranted_python_function_is_not_wrapped(tmp_path: Path) -> None:
