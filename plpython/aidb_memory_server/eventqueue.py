@@ -303,14 +303,16 @@ def event_process(
     except extraction.Malformed as e:
         return _fail(event, limit, base, f"malformed answer: {e}")
     texts = sorted({op.text for op in operations if op.text})
-    vectors = _embed(event, config, spec, texts)
-    if isinstance(vectors, str):
-        return _fail(event, limit, base, vectors)
-    return _reconcile(
+    return _embed_and_store(
         event,
+        config,
+        spec,
+        texts,
         limit,
         base,
-        lambda: reconciliation.apply(event, operations, refs, vectors, spec.get("embedding")),
+        lambda vectors: reconciliation.apply(
+            event, operations, refs, vectors, spec.get("embedding")
+        ),
     )
 
 
@@ -357,15 +359,32 @@ def _verbatim(
     ]
     if not texts:
         return _finish(event, "processed", reconciliation.EMPTY_RESULT)
-    vectors = _embed(event, config, spec, sorted(set(texts)))
-    if isinstance(vectors, str):
-        return _fail(event, limit, base, vectors)
-    return _reconcile(
+    return _embed_and_store(
         event,
+        config,
+        spec,
+        sorted(set(texts)),
         limit,
         base,
-        lambda: reconciliation.add_verbatim(event, texts, vectors, spec.get("embedding")),
+        lambda vectors: reconciliation.add_verbatim(event, texts, vectors, spec.get("embedding")),
     )
+
+
+def _embed_and_store(
+    event: Any,
+    config: dict[str, Any],
+    spec: dict[str, Any],
+    texts: Sequence[str],
+    limit: int,
+    base: float,
+    store: Callable[[dict[str, list[float]]], dict[str, Any]],
+) -> str:
+    """Embed ``texts`` (_embed), then ``store`` the event's memories with their vectors
+    (_reconcile); a failed embedding is a failed attempt, before anything is stored."""
+    vectors = _embed(event, config, spec, texts)
+    if isinstance(vectors, str):
+        return _fail(event, limit, base, vectors)
+    return _reconcile(event, limit, base, lambda: store(vectors))
 
 
 def _reconcile(event: Any, limit: int, base: float, write: Callable[[], dict[str, Any]]) -> str:
@@ -581,13 +600,27 @@ _SET_EMBEDDING = """
 UPDATE aidb_memory.memory SET embedding = $3, embedding_model = $4
 WHERE actor_key = $1 AND id = $2 AND embedding IS NULL
 """
-# The next task of the actor, when a batch did not cover every memory without a vector.
-_EMBED_AGAIN = """
-INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status, kind)
-VALUES ($1, $2, $3, 0, 'accepted', 'embedding')
-ON CONFLICT (actor_key, namespace_id, actor_id) WHERE kind = 'embedding' AND status = 'accepted'
-DO NOTHING
+# The actor's embedding task, unless one already waits to be claimed (migration 0017); a worker
+# is woken.
+_EMBED_LATER = """
+WITH t AS (
+    INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status, kind)
+    VALUES ($1, $2, $3, 0, 'accepted', 'embedding')
+    ON CONFLICT (actor_key, namespace_id, actor_id)
+        WHERE kind = 'embedding' AND status = 'accepted'
+    DO NOTHING
+    RETURNING 1
+)
+SELECT pg_notify('aidb_memory_events', '') AS woke FROM t
 """
+
+
+def queue_embedding(key: int, namespace_id: int, actor_id: str) -> None:
+    """Queue an embedding task for the actor (remembering.remember, and a task whose batch did
+    not cover every memory without a vector)."""
+    db.execute(_EMBED_LATER, ("bigint", "bigint", "text"), (key, namespace_id, actor_id))
+
+
 # Memories one embedding task gives a vector (then it queues the next task of the actor).
 EMBED_TASK_MEMORIES = 100
 
@@ -617,5 +650,5 @@ def embedding_task(event: Any, limit: int, base: float) -> str:
             (ident[0], memory_id, vectors[content], model_name),
         )
     if len(memories) == EMBED_TASK_MEMORIES:
-        db.execute(_EMBED_AGAIN, ("bigint", "bigint", "text"), ident)
+        queue_embedding(*ident)
     return _finish(event, "processed", {"embedded": len(memories)})

@@ -187,27 +187,52 @@ def related(
     return [Memory(int(r["id"]), r["public_id"], r["content"]) for r in rows]
 
 
-class _Writer:
-    """The changes of one event to its actor's memories, under the actor's lock (taken when
-    made), and what they did (``out``: counts and the new memories' public ids)."""
+class Writer:
+    """Changes to one actor's memories, under the actor's lock (taken when made): by an event
+    (:meth:`for_event`; ``event_id`` names it in memory_history and as source_event) or by a
+    direct write (remembering.remember: no event). ``out``: what they did (counts and the new
+    memories' public ids)."""
 
     def __init__(
         self,
-        event: Any,
-        vectors: dict[str, list[float]] | None,
-        embedding_model: str | None,
+        namespace_id: int,
+        actor_id: str,
+        key: int,
+        *,
+        event_id: int | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        vectors: dict[str, list[float]] | None = None,
+        embedding_model: str | None = None,
     ) -> None:
-        self.event = event
-        self.ns, self.actor = int(event["namespace_id"]), event["actor_id"]
-        self.event_id = int(event["id"])
-        found = event.get("actor_key")
-        self.key = _key(self.ns, self.actor, None if found is None else int(found))
+        self.ns, self.actor, self.key = namespace_id, actor_id, key
+        self.event_id, self.agent_id, self.session_id = event_id, agent_id, session_id
         self.vectors = vectors or {}
         self.embedding_model = embedding_model
         lock_actor(self.ns, self.actor, self.key)
         self.out: dict[str, Any] = {
             k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
         }
+
+    @classmethod
+    def for_event(
+        cls,
+        event: Any,
+        vectors: dict[str, list[float]] | None,
+        embedding_model: str | None,
+    ) -> Writer:
+        ns, actor = int(event["namespace_id"]), event["actor_id"]
+        found = event.get("actor_key")
+        return cls(
+            ns,
+            actor,
+            _key(ns, actor, None if found is None else int(found)),
+            event_id=int(event["id"]),
+            agent_id=event["agent_id"],
+            session_id=event["session_id"],
+            vectors=vectors,
+            embedding_model=embedding_model,
+        )
 
     def history(self, memory_id: int, op: str, old: str | None, new: str | None) -> None:
         db.execute(
@@ -216,9 +241,10 @@ class _Writer:
             (memory_id, self.ns, self.actor, self.event_id, op, old, new, self.key),
         )
 
-    def store(self, text: str, near: bool = True) -> tuple[int, bool]:
-        """(memory id, whether it is new) for ``text``: an existing duplicate or a new row.
-        ``near``: a near duplicate (same identifiers) counts too; otherwise only an exact one."""
+    def store(self, text: str, near: bool = True) -> tuple[int, str, bool]:
+        """(memory id, its public id, whether it is new) for ``text``: an existing duplicate or a
+        new row. ``near``: a near duplicate (same identifiers) counts too; otherwise only an
+        exact one."""
         digest = extraction.content_hash(text)
         if near:
             same = db.execute(
@@ -234,7 +260,7 @@ class _Writer:
             )
         for candidate in same:
             if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
-                return int(candidate["id"]), False
+                return int(candidate["id"]), str(candidate["public_id"]), False
         row = db.execute(
             _INSERT,
             (
@@ -244,8 +270,8 @@ class _Writer:
             (
                 self.ns,
                 self.actor,
-                self.event["agent_id"],
-                self.event["session_id"],
+                self.agent_id,
+                self.session_id,
                 text,
                 digest,
                 self.event_id,
@@ -256,7 +282,7 @@ class _Writer:
         )[0]
         self.history(int(row["id"]), "add", None, text)
         self.out["memories"].append(row["public_id"])
-        return int(row["id"]), True
+        return int(row["id"]), str(row["public_id"]), True
 
 
 def apply(
@@ -269,7 +295,7 @@ def apply(
     """Apply ``operations`` for ``event``; what changed (counts and the new memories' ids).
     ``vectors``: the embedding of each new text, by ``embedding_model`` (its registered name,
     which search compares with the namespace's)."""
-    w = _Writer(event, vectors, embedding_model)
+    w = Writer.for_event(event, vectors, embedding_model)
     out, key = w.out, w.key
     for op in operations:
         target = refs.get(op.target) if op.target else None
@@ -279,7 +305,7 @@ def apply(
             old = current[0]["content"] if current.nrows() else None
         if op.op == "add" or (op.op == "update" and old is None):
             assert op.text is not None
-            _, new = w.store(op.text)
+            _, _, new = w.store(op.text)
             out["added" if new else "duplicates"] += 1
         elif op.op == "update" and target is not None and op.text is not None:
             if extraction.content_hash(op.text) == extraction.content_hash(old or ""):
@@ -287,7 +313,7 @@ def apply(
                 continue
             # Close the old one first: the new content may be a near duplicate of it.
             db.execute(_CLOSE, _CLOSE_TYPES, (target.id, None, key))
-            new_id, _ = w.store(op.text)
+            new_id, _, _ = w.store(op.text)
             db.execute(_SUPERSEDE, _CLOSE_TYPES, (target.id, new_id, key))
             w.history(target.id, "supersede", old, op.text)
             out["updated"] += 1
@@ -307,8 +333,8 @@ def add_verbatim(
     """Verbatim extraction (issue 26): store each of ``texts`` as a memory of ``event``, merging
     exact duplicates only (the same normalized content as a current memory of the actor, or as
     an earlier text of the event, which is one by then); the same result as :func:`apply`."""
-    w = _Writer(event, vectors, embedding_model)
+    w = Writer.for_event(event, vectors, embedding_model)
     for text in texts:
-        _, new = w.store(text, near=False)
+        _, _, new = w.store(text, near=False)
         w.out["added" if new else "duplicates"] += 1
     return w.out
