@@ -118,16 +118,12 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF c.kind = 'json' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
-            MESSAGE = pg_catalog.format(
-                'aidb_memory.%s: %s has %s%s characters of JSON, more than the namespace limit of %s',
-                fn, field, counted, chars, c.cap);
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+    -- An empty HINT is none: the callers raise again only a hint that is not empty.
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = coalesce(c.hint, ''),
         MESSAGE = pg_catalog.format(
-            'aidb_memory.%s: %s has %s%s characters of JSON, more than the limit of %s',
-            fn, field, counted, chars, c.cap);
+            'aidb_memory.%s: %s has %s%s characters of JSON, more than %s of %s',
+            fn, field, counted, chars,
+            CASE WHEN c.kind = 'json' THEN 'the namespace limit' ELSE 'the limit' END, c.cap);
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.refuse_oversized(text, text, text, jsonb) IS
@@ -154,30 +150,24 @@ BEGIN
     IF c.cap IS NULL OR chars IS NULL OR chars OPERATOR(pg_catalog.<=) c.cap THEN
         RETURN;
     END IF;
-    IF c.kind = 'namespace' THEN
-        -- Quoted and cut as sessions.quote does.
-        RAISE EXCEPTION USING ERRCODE = 'undefined_object', HINT = c.hint,
-            MESSAGE = pg_catalog.format(
+    RAISE EXCEPTION USING
+        ERRCODE = CASE WHEN c.kind = 'namespace' THEN 'undefined_object'
+                       ELSE 'invalid_parameter_value' END,
+        HINT = coalesce(c.hint, ''),  -- none when empty: the callers raise again only a hint
+        MESSAGE = CASE c.kind
+            -- Quoted and cut as sessions.quote does.
+            WHEN 'namespace' THEN pg_catalog.format(
                 'aidb_memory.%s: namespace %s does not exist', fn,
-                pg_catalog.to_jsonb(pg_catalog.left(value, 199) OPERATOR(pg_catalog.||) '…')::text);
-    END IF;
-    IF c.kind = 'query' THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
-            MESSAGE = pg_catalog.format(
+                pg_catalog.to_jsonb(pg_catalog.left(value, 199) OPERATOR(pg_catalog.||) '…')::text)
+            WHEN 'query' THEN pg_catalog.format(
                 'aidb_memory.%s: %s has %s characters, more than the namespace limit of %s',
-                fn, field, chars, c.cap);
-    END IF;
-    IF c.hint IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', HINT = c.hint,
-            MESSAGE = pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',
-                                        fn, field, c.cap);
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',
-                                    fn, field, c.cap);
+                fn, field, chars, c.cap)
+            ELSE pg_catalog.format('aidb_memory.%s: %s is longer than %s characters',
+                                   fn, field, c.cap)
+        END;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.refuse_oversized(text, text, text, text) IS
-'Internal: refuses (22023, as the Python code would) a text argument over its cap '
-'(aidb_memory.argument_cap); called by the wrappers of the PL/Python functions for a value over '
+'Internal: refuses a text argument over its cap (aidb_memory.argument_cap) as the Python code '
+'would: 22023, or 42704 for a namespace name longer than any namespace''s; called by the wrappers of the PL/Python functions for a value over '
 '64 kB (docs/architecture.md, Errors).';
