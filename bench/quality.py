@@ -30,7 +30,6 @@ import base64
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import sys
@@ -756,13 +755,7 @@ def main() -> int:
         "summary": summary,
         "verify": checked,
         "timings_s": timings,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in load_after],
-        },
+        "machine": run.machine(load_before, load_after),
         "versions": {
             "aidb_memory": installed.get("version"),
             "code_checksum": installed.get("code_checksum"),

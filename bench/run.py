@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -1218,6 +1218,17 @@ def git_describe() -> str:
         return "unknown"
 
 
+def machine(load_before: Sequence[float], load_after: Sequence[float]) -> dict[str, Any]:
+    """The machine a result was measured on, with its load average before and after."""
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_after],
+    }
+
+
 def version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -1850,13 +1861,7 @@ def report(
     return {
         "started_at": started.isoformat(timespec="seconds"),
         "git": git_describe(),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in load_after],
-        },
+        "machine": machine(load_before, load_after),
         "versions": {
             "postgresql": pg_version,
             "psycopg": version("psycopg"),

@@ -56,6 +56,20 @@ def _call_in_new_backend(
         return error, peak, int(row[0])
 
 
+def _add_in_new_backends(ns: Database, text: str) -> tuple[psycopg.Error | None, int, int, int]:
+    """PostgreSQL's own parse of ``text`` as jsonb, sent as an add sends it, then the add of it,
+    each in a backend of its own: the add's error, both peaks (kB) and the add's PL/Python
+    memory contexts."""
+    error, parse_peak, _ = _call_in_new_backend(
+        ns, APP_USER, "SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)
+    )
+    assert error is None
+    error, add_peak, python = _call_in_new_backend(
+        ns, APP_USER, "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's1')", (NS, text)
+    )
+    return error, parse_peak, add_peak, python
+
+
 @pytest.fixture
 def ns(db: Database) -> Database:
     db.sql("SELECT aidb_memory.init(%s)", (NS,))
@@ -78,14 +92,7 @@ def ns(db: Database) -> Database:
 def test_a_refused_100_mb_add_peaks_within_the_parse_of_its_value(ns: Database, shape: Any) -> None:
     text = json.dumps(shape(), ensure_ascii=False)
     assert len(text) >= 50_000_000
-    # PostgreSQL's own parse of the same value, sent the same way, in a backend of its own.
-    error, parse_peak, _ = _call_in_new_backend(
-        ns, APP_USER, "SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)
-    )
-    assert error is None
-    error, add_peak, python = _call_in_new_backend(
-        ns, APP_USER, "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's1')", (NS, text)
-    )
+    error, parse_peak, add_peak, python = _add_in_new_backends(ns, text)
     assert isinstance(error, psycopg.errors.InvalidParameterValue)
     assert re.fullmatch(
         r"aidb_memory\.add: turns has at least \d+ characters of JSON, more than the namespace "
@@ -107,13 +114,7 @@ def test_a_small_jsonb_of_wide_numbers_is_refused_before_its_json_text_is_made(
     5 kB value would be a 30 MB text and a 30 MB Python string before any check ran."""
     text = "[" + ", ".join(["1e100000"] * 300) + "]"
     assert ns.value("SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)) < 65_536
-    error, parse_peak, _ = _call_in_new_backend(
-        ns, APP_USER, "SELECT pg_catalog.pg_column_size(%s::jsonb)", (text,)
-    )
-    assert error is None
-    error, add_peak, python = _call_in_new_backend(
-        ns, APP_USER, "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's1')", (NS, text)
-    )
+    error, parse_peak, add_peak, python = _add_in_new_backends(ns, text)
     assert isinstance(error, psycopg.errors.InvalidParameterValue)
     assert error.diag.message_primary == (
         "aidb_memory.add: turns has at least 30000300 characters of JSON, more than the namespace "

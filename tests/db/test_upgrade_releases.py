@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_upgrade_actor_key import TOOLS  # the same tool round, one definition
 
 from aidb_memory import catalog
 from aidb_memory.installer import Package, install
@@ -31,22 +32,6 @@ from conftest import APP_USER, REPO, Database, _create_database, _drop_database,
 LAST_RELEASE_BEFORE_ISSUE_23 = "6c7c8c9"
 FIRST_RELEASE_MIGRATION = "0002_sessions.sql"  # 0.1.0, "Issue 3: sessions"
 NS = "upgrade_ns"
-TOOLS = [
-    {"role": "user", "content": "What is the weather in Lisbon?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 24 C"},
-    {"role": "assistant", "content": "Sunny and 24 degrees."},
-]
 
 
 def _git(*args: str) -> str:
