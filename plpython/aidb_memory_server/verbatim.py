@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 
-MODES = ("auto", "model", "verbatim", "verbatim_all")
-
 # A sentence ends after ., !, ?, … (one or more) followed by whitespace, or at a newline.
 _END = re.compile(r"[.!?\u2026]+(?=\s)|\n")
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aidb_memory_server.verbatim import MODES, mode, pieces, spoken
+from aidb_memory_server.validation import EXTRACTION_MODES as MODES
+from aidb_memory_server.verbatim import mode, pieces, spoken
 
 
 def test_auto_is_model_extraction_only_with_a_model_that_can_extract() -> None:
