@@ -33,7 +33,7 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import A_TURNS, ADD, GET, NS, exchange  # noqa: E402  (bench/ is not a package)
+from run import A_TURNS, ADD, GET, INIT, NS, exchange  # noqa: E402  (bench/ is not a package)
 
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 
@@ -53,7 +53,7 @@ def prepare(dsn: str, tree: Path) -> psycopg.Connection[Any]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
     conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("SELECT aidb_memory.init(%s)", (NS,))
+    conn.execute(INIT, (NS,))
     for sid in ("a", "small"):
         conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
     for seq in range(1, 1000, 2):

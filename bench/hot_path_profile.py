@@ -21,7 +21,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import A_TURNS, ADD, ADD_REF, GET, MESSAGES, NS, exchange
+from run import A_TURNS, ADD, ADD_REF, GET, INIT, MESSAGES, NS, exchange
 
 from aidb_memory.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
@@ -54,7 +54,7 @@ def main() -> int:
             conn.commit()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
-            conn.execute("SELECT aidb_memory.init(%s)", (NS,))
+            conn.execute(INIT, (NS,))
             for sid in ("a", "r", "small"):
                 conn.execute(
                     "SELECT * FROM aidb_memory.session_start(%s, 'alice', NULL, %s)", (NS, sid)

@@ -100,6 +100,10 @@ D_ASSISTANT = (
 # --- the SQL of each path -----------------------------------------------------------------------
 
 ADD = "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s)"
+# The bench namespace: extraction off, so that an add records a skipped event, as the plain-SQL
+# references do and as a namespace without a model did before verbatim extraction (issue 26:
+# by default such a namespace now queues its events for the worker, and wakes it).
+INIT = "SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')"
 
 # (a) reference: the rows `add` writes for a plain exchange, in one prepared statement: the session
 # counters and tail, one event, the turn rows (positions and char offsets from the counters).
@@ -1345,7 +1349,7 @@ def main() -> int:
         )
 
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
             build_sessions(setup, args.big_turns)
             say("bench: verifying that each pair computes the same thing")
             shape = verify(setup, args.big_turns)
@@ -1611,7 +1615,7 @@ def main_e(args: argparse.Namespace) -> int:
 
     def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
         paths: dict[str, Measured] = {}
         with asyncio.Runner() as runner:
             search, conns = measure_e(runner, dsn, args, paths)
@@ -1661,7 +1665,7 @@ def main_i(args: argparse.Namespace) -> int:
 
     def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
             say(f"bench: generating {args.memories:,} memories for (e)")
             generated = build_memories(setup, args.memories)
         say("bench: (i) search quality, 30 misspelled queries")
@@ -1675,7 +1679,7 @@ def main_worst_search(args: argparse.Namespace) -> int:
 
     def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
             say(f"bench: generating {args.memories:,} memories for (e)")
             generated = build_memories(setup, args.memories)
         say("bench: (e2) the worst single search of a 100,000-char query")
@@ -1689,7 +1693,7 @@ def main_first_call(args: argparse.Namespace) -> int:
 
     def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
             for seq in range(1, 1000, 2):
                 setup.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
         say("bench: (f) the first call on new connections")
@@ -1722,7 +1726,7 @@ def main_h(args: argparse.Namespace) -> int:
 
     def work(dsn: str) -> dict[str, Any]:
         with connect(dsn) as setup:
-            setup.execute("SELECT aidb_memory.init(%s)", (NS,))
+            setup.execute(INIT, (NS,))
         machine = {"cpus": os.cpu_count(), "loadavg_before": list(os.getloadavg())}
         found = asyncio.run(run_h(dsn, args))
         machine["loadavg_after"] = list(os.getloadavg())
