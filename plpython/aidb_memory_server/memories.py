@@ -16,7 +16,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extensions, fusion, keys, llm, reconciliation, validation
+from aidb_memory_server import db, extensions, fusion, keys, reconciliation, validation, vectors
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -33,11 +33,6 @@ LIST_DEFAULT = 50
 # Each signal ranks at most this many candidates, so a search costs the same for an actor with
 # a hundred memories or a hundred thousand.
 CANDIDATES = 200
-# Without a vector index (no pgvector here) similarity is computed for the actor's newest
-# current memories with an embedding, up to this many.
-VECTOR_WINDOW = 1000
-# A memory whose cosine similarity to the query is at most this is not a vector candidate.
-MIN_COSINE = 0.0
 DELETE_IDS_MAX = 10_000
 # The longest selector text: DELETE_IDS_MAX quoted UUIDs and their commas, with room to spare.
 SELECTOR_MAX_CHARS = 50 * DELETE_IDS_MAX
@@ -74,25 +69,12 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 
 # --- search ------------------------------------------------------------------------------------
 
-# The actor's newest current memories with an embedding, by model: the vector signal's window,
-# and what tells a change of embedding model.
-_EMBEDDED_MODELS = """
-SELECT w.embedding_model AS model, count(*) AS n
-FROM (
-    SELECT m.embedding_model FROM aidb_memory.memory m
-    WHERE m.actor_key = $4 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-      AND m.embedding IS NOT NULL
-    ORDER BY m.created_at DESC
-    LIMIT $3
-) w
-GROUP BY w.embedding_model
-"""
-
 # $1 namespace, $2 actor, $3 the query's tsquery (websearch_to_tsquery, computed once by
 # _bounded_query: a generic plan would otherwise parse the query again for every row it ranks; NULL
-# when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 query embedding
-# (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
-# $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
+# when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 the vector signal's candidates
+# (vectors.candidates; empty without it), $8 embedding model, $9 signals given (full text, fuzzy,
+# vector), $10 k, $11 candidates per signal, $12 and $13 the vector candidates' cosines and creation
+# times, $14 the fuzzy tsquery
 # (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words), $16 the most
 # matching memories each text signal scores (config.search_max_ranked): ts_rank_cd costs up to
 # ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
@@ -144,26 +126,10 @@ WITH fts AS (
         LIMIT $11
     ) c
 ), vec AS (
-    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
-    FROM (
-        SELECT w.id, w.created_at,
-               (SELECT sum(x * y) / nullif(sqrt(sum(x * x)) * sqrt(sum(y * y)), 0)
-                FROM unnest(w.embedding::float8[], $7::float8[]) AS u(x, y)) AS sim
-        FROM (
-            SELECT m.id, m.created_at, m.embedding, m.session_id, m.agent_id
-            FROM aidb_memory.memory m
-            WHERE $7::real[] IS NOT NULL
-              AND m.actor_key = $17 AND m.namespace_id = $1 AND m.actor_id = $2
-              AND m.valid_to IS NULL
-              AND m.embedding IS NOT NULL AND m.embedding_model = $8
-            ORDER BY m.created_at DESC
-            LIMIT $12
-        ) w
-        WHERE ($5::text IS NULL OR w.session_id = $5) AND ($6::text IS NULL OR w.agent_id = $6)
-        ORDER BY sim DESC NULLS LAST, w.id DESC
-        LIMIT $11
-    ) c
-    WHERE c.sim > $13
+    -- The vector signal's candidates, best first (vectors.candidates): $7 ids, $12 their cosines
+    -- (the order), $13 their creation times; empty arrays without the signal.
+    SELECT v.id, v.created_at, row_number() OVER (ORDER BY v.sim DESC, v.id DESC) AS r
+    FROM unnest($7::bigint[], $12::float8[], $13::timestamptz[]) AS v(id, sim, created_at)
 ), recall AS (
     SELECT $15::text IS NOT NULL
            AND (SELECT count(*) FROM (SELECT id FROM fts UNION SELECT id FROM fuzzy) u) < $4
@@ -210,52 +176,9 @@ JOIN aidb_memory.memory m ON m.actor_key = $17 AND m.id = f.id
 ORDER BY f.total DESC, f.created_at DESC, f.id DESC
 """
 _SEARCH_TYPES = (
-    *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
-    *("int", "int", "int", "int", "float8", "text", "text", "int", "bigint"),
+    *("bigint", "text", "tsquery", "int", "text", "text", "bigint[]", "text"),
+    *("int", "int", "int", "float8[]", "timestamptz[]", "text", "text", "int", "bigint"),
 )
-
-
-def _query_embedding(
-    fn: str, ns: Namespace, actor: str, key: int, query: str
-) -> tuple[list[float] | None, str | None]:
-    """The query's embedding and its model when the vector signal applies, else (None, None).
-
-    It applies when the namespace names an embedding model and the actor's memories in the
-    vector window were embedded with it. Memories embedded with another model are refused
-    loudly (55000), never compared with vectors of a different model.
-    """
-    model_name = ns.model_spec.get("embedding")
-    if not model_name:
-        return None, None
-    rows = db.execute(
-        _EMBEDDED_MODELS, ("bigint", "text", "int", "bigint"), (ns.id, actor, VECTOR_WINDOW, key)
-    )
-    stored = {r["model"]: int(r["n"]) for r in rows}
-    others = sorted(m for m in stored if m != model_name)
-    if others:
-        raise ApiError(
-            OBJECT_NOT_IN_PREREQUISITE_STATE,
-            f"aidb_memory.{fn}: memories of actor_id {quote(actor)} were embedded with model "
-            f"{quote(others[0])}, but namespace {quote(ns.name)} now embeds with "
-            f"{quote(model_name)}",
-            hint="an admin re-embeds those memories with the new model (or sets "
-            "model_spec.embedding back): vectors of two models are never compared",
-        )
-    if not stored:
-        return None, None
-    model = llm.load(fn, model_name)
-    try:
-        vectors = llm.embed(
-            model, [query], namespace_id=ns.id, timeout_s=ns.config["llm_timeout_s"]
-        )
-    except llm.EmbeddingError as e:
-        # Search still answers, from full text and trigrams, and says why it did without.
-        plpy.warning(
-            f"aidb_memory.{fn}: the embedding model {quote(model_name)} failed "
-            f"({e.outcome}: {e.public}); ranked without vector similarity"
-        )
-        return None, None
-    return vectors[0], model_name
 
 
 # What a query costs before it runs, in two steps. First what flat scans can tell: its distinct
@@ -414,15 +337,18 @@ def search(
         raise invalid(fn, "query", "must not be empty")
     key = keys.actor_key(ns.name, actor)
     tsquery, tree = _bounded_query(fn, ns, actor, key, query)
-    vector, model_name = _query_embedding(fn, ns, actor, key, query)
+    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
     fuzzy, any_word = _word_queries(ns.id, actor, key, list(tree["words"]), list(tree["unknown"]))
+    near: tuple[list[int], list[float], list[Any]] = ([], [], [])
+    if vector is not None and model_name is not None:
+        near = vectors.candidates(ns, actor, key, vector, model_name, sid, agent, CANDIDATES)
     signals = 1 + (vector is not None) + (fuzzy is not None)
     rows = db.execute(
         _SEARCH,
         _SEARCH_TYPES,
         (
-            *(ns.id, actor, tsquery, n, sid, agent, vector, model_name),
-            *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
+            *(ns.id, actor, tsquery, n, sid, agent, near[0], model_name),
+            *(signals, fusion.K, CANDIDATES, near[1], near[2], fuzzy, any_word),
             *(ns.config["search_max_ranked"], key),
         ),
     )
