@@ -26,11 +26,12 @@ SET pg_trgm.similarity_threshold = 0.3
 SET plan_cache_mode = force_generic_plan
 AS $py$ memories.search $py$;
 COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
-'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
-'of full-text search, a full-text search with the actor''s words nearest each misspelled one '
-'(one edit away, else by trigram similarity) and, when the namespace '
-'has an embedding model and the memories were embedded with it, cosine similarity. score is in '
-'[0, 1] (1: first in every signal). Never superseded, deleted or another actor''s memories. '
+'The actor''s current memories that best match query, best first: BM25 over the stemmed words '
+'of the namespace''s text search configuration (config.text_search_config), a misspelled word '
+'standing for the actor''s words nearest it (one edit away, else by trigram similarity), times '
+'the share of the query''s words a memory holds; with an embedding model whose vectors the '
+'memories have, 0.7 of that and 0.3 of the cosine similarity. score is in [0, 1] (about 1: '
+'every word of the query, once). Never superseded, deleted or another actor''s memories. '
 'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
 '42704, 42501, 55000 memories embedded with another model than the namespace''s.';
 

@@ -85,7 +85,8 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # memory must not match (-word; NULL: nothing); $13 the most memories a count reads
 # (config.search_max_ranked) and $14 the most candidates one lexeme brings; the vector signal's
 # candidates (vectors.candidates; empty arrays without it): $15 ids, $16 cosines; $17 the lexical
-# share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b.
+# share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20 what each lexeme
+# counts for (ranking.Query.weights).
 #
 # BM25 needs how many of the actor's current memories there are and how many hold each lexeme:
 # both are counted here, on the indexes, up to $13. An actor with more memories than that ranks a
@@ -113,9 +114,9 @@ WITH counted AS (
         LIMIT $13
     ) x
 ), terms AS (
-    SELECT t.q, t.lexeme, t.grp, d.df,
+    SELECT t.q, t.lexeme, t.grp, t.weight, d.df,
            ln(1 + (greatest(c.n, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM unnest($7::tsquery[], $8::text[], $9::int[]) AS t(q, lexeme, grp)
+    FROM unnest($7::tsquery[], $8::text[], $9::int[], $20::float8[]) AS t(q, lexeme, grp, weight)
     CROSS JOIN counted c
     CROSS JOIN LATERAL (
         SELECT count(*)::float8 AS df
@@ -151,7 +152,7 @@ WITH counted AS (
     FROM candidate c
     CROSS JOIN (SELECT greatest(avg(a.dl), 1.0) AS dl FROM candidate a) average
     CROSS JOIN LATERAL (
-        SELECT coalesce(sum(t.idf * u.tf * ($18 + 1)
+        SELECT coalesce(sum(t.weight * t.idf * u.tf * ($18 + 1)
                             / (u.tf + $18 * (1 - $19 + $19 * c.dl / average.dl))), 0) AS total,
                count(DISTINCT t.grp) AS groups
         FROM (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
@@ -186,7 +187,7 @@ ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 _SEARCH_TYPES = (
     *("bigint", "text", "bigint", "int", "text", "text"),
     *("tsquery[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
-    *("bigint[]", "float8[]", "float8", "float8", "float8"),
+    *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]"),
 )
 
 
@@ -276,7 +277,9 @@ def _bounded_query(
 
 
 # The stems ($8, the namespace's text search configuration) of the words of the actor's memories
-# nearest each misspelled query word ($3, the words no memory of the actor uses): those within one
+# nearest each misspelled query word ($3, the words no memory of the actor uses, and $9 the stems
+# of each, ORed, which no current memory must hold either: "seat" is no misspelling where a
+# memory says "seats"): those within one
 # edit of it ($4, $5: word and variant, misspellings.edit_lookups), each looked up by exact match on
 # memory_word's primary key, best trigram similarity first; and only for a word with none of those,
 # the words most similar to it by trigrams (above pg_trgm.similarity_threshold, pinned on the SQL
@@ -312,7 +315,12 @@ WITH hit AS (
                       ORDER BY sim DESC, v.word
                       LIMIT $6) n),
                '{}') AS near
-    FROM unnest($3::text[]) AS u(word)
+    FROM unnest($3::text[], $9::tsquery[]) AS u(word, stems)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM aidb_memory.memory m
+        WHERE m.actor_key = $7 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+          AND m.valid_to IS NULL AND m.lexemes @@ u.stems
+    )
 )
 SELECT n.word,
        ARRAY(SELECT DISTINCT s.stem
@@ -325,17 +333,25 @@ NEAR_WORDS = 3
 
 
 def _near_stems(
-    namespace_id: int, actor: str, key: int, unknown: list[str], text_search: str
+    namespace_id: int,
+    actor: str,
+    key: int,
+    unknown: list[str],
+    stems: dict[str, list[str]],
+    text_search: str,
 ) -> dict[str, list[str]]:
-    """For each of the query's ``unknown`` words (no memory of the actor uses them), the stems of
-    the actor's words nearest it (none found: no entry)."""
+    """For each of the query's ``unknown`` words (no memory of the actor uses them, nor their
+    stems; a stop word never is one), the stems of the actor's words nearest it (none found: no
+    entry)."""
+    unknown = [w for w in unknown if stems.get(w)]
     if not unknown:
         return {}
     sources, variants = misspellings.edit_lookups(unknown)
+    held = [" | ".join(ranking.quoted(s) for s in stems[w]) for w in unknown]
     rows = db.execute(
         extensions.trgm_sql(_NEAR_WORDS, "search"),
-        ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint", "text"),
-        (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key, text_search),
+        ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint", "text", "tsquery[]"),
+        (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key, text_search, held),
     )
     return {r["word"]: list(r["stems"]) for r in rows if r["stems"]}
 
@@ -362,7 +378,7 @@ def search(
     tree = _bounded_query(fn, ns, actor, key, query, text_search)
     vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
     stems = {w: s.split() for w, s in zip(tree["words"], tree["stems"], strict=True)}
-    near = _near_stems(ns.id, actor, key, list(tree["unknown"]), text_search)
+    near = _near_stems(ns.id, actor, key, list(tree["unknown"]), stems, text_search)
     terms = ranking.plan(tree["q"], stems, near)
     nearest: tuple[list[int], list[float], list[Any]] = ([], [], [])
     if vector is not None and model_name is not None:
@@ -387,7 +403,7 @@ def search(
                 nearest[1],
                 ranking.lexical_weight(vector is not None, bool(terms.lexemes)),
             ),
-            *(ranking.K1, ranking.B),
+            *(ranking.K1, ranking.B, terms.weights),
         ),
     )
     return [dict(r) for r in rows]

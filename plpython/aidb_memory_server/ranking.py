@@ -23,6 +23,9 @@ from dataclasses import dataclass
 # discounted (chat turns vary in length less than documents do).
 K1 = 0.9
 B = 0.3
+# What a word of the actor's nearest a misspelled query word counts for, against the query's own
+# words: a guess ("like" is one letter from "bike"), never as much as what was asked.
+NEAR_WORD_WEIGHT = 0.5
 # The share of the score that is lexical when the namespace has an embedding model and the query
 # has words; the rest is the cosine similarity (never below 0). Measured: a linear blend keeps a
 # memory that is first by meaning and far down by words in the top 5 where rank fusion did not.
@@ -40,6 +43,7 @@ class Query:
 
     lexemes: list[str]  # each once
     groups: list[int]  # the group (0, 1, ...) of each lexeme
+    weights: list[float]  # 1 for the query's own stems, NEAR_WORD_WEIGHT for a near word's
     negated: str | None  # a tsquery of what a memory must not match (``-word``), or None
 
     @property
@@ -121,18 +125,22 @@ def plan(
     excluded = {w for part in negations for w in parse_tsquery(part, negation=False)[0]}
     lexemes: list[str] = []
     groups: list[int] = []
+    weights: list[float] = []
     group = 0
     for word, own in stems.items():
         if any(s in excluded for s in own):
             continue
-        fresh = [s for s in dict.fromkeys([*own, *near_stems.get(word, ())]) if s not in lexemes]
+        near = [s for s in near_stems.get(word, ()) if s not in own]
+        fresh = [(s, 1.0) for s in own] + [(s, NEAR_WORD_WEIGHT) for s in dict.fromkeys(near)]
+        fresh = [(s, w) for s, w in fresh if s not in lexemes]
         if not fresh:
             continue
-        lexemes.extend(fresh)
+        lexemes.extend(s for s, _ in fresh)
+        weights.extend(w for _, w in fresh)
         groups.extend([group] * len(fresh))
         group += 1
     negated = " | ".join(f"( {p} )" for p in negations) or None
-    return Query(lexemes, groups, negated)
+    return Query(lexemes, groups, weights, negated)
 
 
 def idf(memories: float, containing: float) -> float:
@@ -153,10 +161,12 @@ def lexical(
     groups: Mapping[str, int],
     whole: bool,
     absent: frozenset[str] = frozenset(),
+    weights: Mapping[str, float] | None = None,
 ) -> float:
     """A memory's lexical score in [0, 1]: ``held`` maps the query lexemes it holds to their
     counts; ``whole``: it matches the whole query as a web search reads it; ``absent``: the
-    query's lexemes no memory of the actor holds (they count in no group's best)."""
+    query's lexemes no memory of the actor holds (they count in no group's best); ``weights``:
+    what each lexeme counts for (1 when absent: Query.weights)."""
     best: dict[int, float] = {}
     for lexeme, weight in idfs.items():
         if lexeme not in absent:
@@ -164,7 +174,8 @@ def lexical(
     possible = sum(best.values())
     if possible <= 0:
         return 0.0
-    total = sum(idfs[x] * term(tf, length, average) for x, tf in held.items())
+    counts = weights or {}
+    total = sum(counts.get(x, 1.0) * idfs[x] * term(tf, length, average) for x, tf in held.items())
     share = 1.0 if whole else len({groups[x] for x in held}) / len(set(groups.values()))
     return min(1.0, total * share / possible)
 

@@ -1184,8 +1184,9 @@ def _long_term_memory(
     else:
         _say(
             """
-            search ranks alice's current memories by a fusion of full-text search, trigram
-            similarity and, with an embedding model, vectors. An exact word first:
+            search ranks alice's current memories by BM25 over their stemmed words (rare words
+            weigh more), a misspelled word standing for the words nearest it, and, with an
+            embedding model, vectors. An exact word first:
             """
         )
         _run(app, _SEARCH.format(query="email"))

@@ -141,7 +141,8 @@ def test_a_misspelled_word_is_found_by_trigrams(db: Database, facts: dict[str, s
     ), "full-text search alone cannot find it"
     rows = _search(db, "turqoise")
     assert [r[0] for r in rows] == [facts["Alice's favourite colour is turquoise"]]
-    assert rows[0][2] == pytest.approx(1.0)  # the word it stands for, once, and nothing else
+    # The word it stands for, once, and nothing else: what a near word counts for.
+    assert rows[0][2] == pytest.approx(ranking.NEAR_WORD_WEIGHT)
     assert _search(db, "enginer at Acme")[0][1] == "Alice works at Acme as a data engineer"
 
 

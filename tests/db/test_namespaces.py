@@ -315,6 +315,26 @@ _CASES: list[tuple[str, tuple[Any, ...], str, str]] = [
     ),
     (
         _UPDATE,
+        ("pg_agents", None, '{"text_search_config": "English"}', None),
+        "22023",
+        "aidb_memory.namespace_update: config.text_search_config must be the name of a text "
+        "search configuration in pg_catalog",
+    ),
+    (
+        _INIT,
+        ("x", "{}", '{"text_search_config": "klingon"}'),
+        "22023",
+        "aidb_memory.init: config.text_search_config names no text search configuration of "
+        'pg_catalog ("klingon")',
+    ),
+    (
+        _UPDATE,
+        ("pg_agents", None, '{"text_search_config": "public.english"}', None),
+        "22023",
+        "aidb_memory.namespace_update: config.text_search_config must be the name",
+    ),
+    (
+        _UPDATE,
         ("pg_agents", None, None, "DELETED"),
         "22023",
         "aidb_memory.namespace_update: state must be ACTIVE or INACTIVE",

@@ -42,6 +42,7 @@ def test_a_plan_has_a_group_per_word_and_leaves_out_stop_words_and_negated_words
     )
     assert plan.lexemes == ["tea", "lisbon"]
     assert plan.groups == [0, 1]
+    assert plan.weights == [1.0, 1.0]
     assert plan.group_count == 2
     assert plan.negated == "( 'coffe' )"
     assert plan.operands == ["'tea'", "'lisbon'"]
@@ -55,6 +56,8 @@ def test_a_misspelled_word_stands_for_the_stems_of_its_near_words() -> None:
     )
     assert plan.lexemes == ["pasport", "passport", "passport-like", "march"]
     assert plan.groups == [0, 0, 0, 1]
+    # A guess counts for less than what was asked.
+    assert plan.weights == [1.0, ranking.NEAR_WORD_WEIGHT, ranking.NEAR_WORD_WEIGHT, 1.0]
 
 
 def test_two_words_with_one_stem_make_one_group() -> None:
@@ -90,6 +93,14 @@ def test_length_and_repetition_move_the_score_the_way_bm25_does() -> None:
     twice = ranking.term(2, 10, 10)
     assert ranking.term(1, 10, 10) < twice < 2 * ranking.term(1, 10, 10)
     assert twice < ranking.K1 + 1  # saturates
+
+
+def test_a_near_word_counts_for_its_weight() -> None:
+    idfs, groups = {"pasport": 3.0, "passport": 1.0}, {"pasport": 0, "passport": 0}
+    absent = frozenset({"pasport"})
+    weights = {"pasport": 1.0, "passport": ranking.NEAR_WORD_WEIGHT}
+    score = ranking.lexical({"passport": 1.0}, 4, 4, idfs, groups, False, absent, weights)
+    assert score == pytest.approx(ranking.NEAR_WORD_WEIGHT)
 
 
 def test_a_word_no_memory_holds_lowers_no_best_possible_score() -> None:
