@@ -488,6 +488,7 @@ MEMORY_INDEXES = (
     "memory_current_hash_idx",
     "memory_actor_idx",
     "memory_tsv_idx",
+    "memory_lexemes_idx",
 )
 
 

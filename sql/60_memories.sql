@@ -130,6 +130,26 @@ COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 'which the installation creates, is refused (55000). Errors: 22004, 22023 empty reason, 42704 '
 'unknown namespace, 55000.';
 
+-- Each lexeme of a memory keyed by its actor: what the index memory_lexemes_idx holds
+-- (migrations/0018_lexemes.sql, which creates it first: the index depends on it). The same text
+-- as there.
+CREATE OR REPLACE FUNCTION aidb_memory.actor_lexemes(actor_key bigint, lexemes pg_catalog.tsvector)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+SELECT pg_catalog.array_agg(($1)::pg_catalog.text OPERATOR(pg_catalog.||) ':'
+                            OPERATOR(pg_catalog.||) l.lexeme)
+FROM pg_catalog.unnest(pg_catalog.tsvector_to_array($2)) AS l(lexeme)
+$$;
+COMMENT ON FUNCTION aidb_memory.actor_lexemes(bigint, pg_catalog.tsvector) IS
+'Internal: the lexemes of a memory, each as "<actor_key>:<lexeme>": the expression of the GIN '
+'index memory_lexemes_idx, so that search reads one actor''s memories with a word without '
+'reading all of the actor''s memories.';
+
 -- The vocabulary of memory_word follows the memories, by triggers.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
 RETURNS trigger

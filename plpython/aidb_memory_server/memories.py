@@ -39,9 +39,14 @@ SEARCH_MAX = 100
 SEARCH_DEFAULT = 10
 LIST_MAX = 1000
 LIST_DEFAULT = 50
-# Each signal ranks at most this many candidates, so a search costs the same for an actor with
-# a hundred memories or a hundred thousand.
+# The vector signal brings at most this many candidates, so a search costs the same for an actor
+# with a hundred memories or a hundred thousand.
 CANDIDATES = 200
+# When fewer than this many times limit memories hold every word of the query, the memories that
+# hold some of them are candidates too, each lexeme's up to a SCAN_SHARE of config.search_max_ranked
+# (so a query of three common words scores at most about that many).
+ENOUGH_HOLDING_ALL = 2
+SCAN_SHARE = 3
 DELETE_IDS_MAX = 10_000
 # The longest selector text: DELETE_IDS_MAX quoted UUIDs and their commas, with room to spare.
 SELECTOR_MAX_CHARS = 50 * DELETE_IDS_MAX
@@ -80,22 +85,25 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 
 # The search statement. $1 namespace, $2 actor, $3 the actor's key (keys.actor_key: every scan of
 # memory is one actor's, by it), $4 limit, $5 session_id, $6 agent_id; the query's terms
-# (ranking.plan): $7 each lexeme as a one-operand tsquery, $8 the lexemes, $9 their groups, $10
-# how many groups; $11 the whole query as a web search reads it (NULL: no words), $12 what a
-# memory must not match (-word; NULL: nothing); $13 the most memories a count reads
-# (config.search_max_ranked) and $14 the most candidates one lexeme brings; the vector signal's
-# candidates (vectors.candidates; empty arrays without it): $15 ids, $16 cosines; $17 the lexical
-# share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20 what each lexeme
-# counts for (ranking.Query.weights).
+# (ranking.plan): $7 the lexemes as the index holds them (ranking.Query.keyed), $8 the lexemes, $9
+# their groups, $10 how many groups; $11 the whole query as a web search reads it (NULL: no words),
+# $12 what a memory must not match (-word; NULL: nothing); $13 the most memories a count reads
+# (config.search_max_ranked), $14 the most memories read for one lexeme (a SCAN_SHARE of it); the
+# vector signal's candidates (vectors.candidates; empty arrays without it): $15 ids, $16 cosines;
+# $17 the lexical share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20
+# what each lexeme counts for (ranking.Query.weights), $21 every word ANDed, each the OR of its
+# lexemes (ranking.Query.every).
 #
-# BM25 needs how many of the actor's current memories there are and how many hold each lexeme:
-# both are counted here, on the indexes, up to $13. An actor with more memories than that ranks a
-# lexeme held by $13 of them or more as a common word (an idf near 0), which it is, and every
-# count costs at most $13 index entries, whatever the actor's size. No statistics table is kept
-# on the write path, so writers of one actor never wait on one another for it.
-# The candidates are the memories holding a lexeme, up to $14 for each: a rare lexeme brings all
-# of its memories, a common one a sample; the vector candidates join them.
-# The memories are found on the GIN index (actor_key, lexemes) by the key and a lexeme; the
+# BM25 needs how many of the actor's current memories there are ($13 at most, counted on an
+# index) and how many hold each lexeme: each lexeme's memories are read up to $14, which counts
+# them and makes them candidates at once. An actor with more memories than that ranks a lexeme
+# held by $14 of them or more as a common word, which it is, and a search reads at most $14 rows
+# a lexeme, whatever the actor's size. No statistics table is kept on the write path.
+# When every word of the query is that common, none of those reads is sure to hold the memories
+# that say all of it: they are looked up too (holding_all), by the rarest word, up to $13. So on an
+# actor with 100,000 memories the best matches are never left out of a sample.
+# The memories are found on the GIN index of aidb_memory.actor_lexemes (each lexeme keyed by its
+# actor), which reads one actor's entries for one word; the
 # namespace and actor are tested on those rows, written "m.namespace_id + 0" and
 # "m.actor_id || ''" so that they are no index key: every btree index of memory leads with
 # actor_key too, and with the namespace and actor as keys the generic plan (which counts on an
@@ -114,51 +122,94 @@ WITH counted AS (
         LIMIT $13
     ) x
 ), terms AS (
-    SELECT t.q, t.lexeme, t.grp, t.weight, d.df,
+    SELECT t.keyed, t.lexeme, t.grp, t.weight, d.df,
            ln(1 + (greatest(c.n, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM unnest($7::tsquery[], $8::text[], $9::int[], $20::float8[]) AS t(q, lexeme, grp, weight)
+    FROM unnest($7::text[], $8::text[], $9::int[], $20::float8[]) AS t(keyed, lexeme, grp, weight)
     CROSS JOIN counted c
     CROSS JOIN LATERAL (
+        -- Counted on the index alone (no column of the row is needed): no row is read from a
+        -- page that VACUUM marked all-visible.
         SELECT count(*)::float8 AS df
         FROM (
-            SELECT 1 FROM aidb_memory.memory m
-            WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-              AND m.valid_to IS NULL AND m.lexemes @@ t.q
-            LIMIT $13
+            SELECT FROM aidb_memory.memory m
+            WHERE m.actor_key = $3 AND m.valid_to IS NULL
+              AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
+            LIMIT $14
         ) x
     ) d
-), found AS (
-    SELECT c.id
+), holding_all AS (
+    -- The memories that hold every word (each word's stem or a near word's): found by the words
+    -- that have one lexeme ($22), or when none has, by the rarest word's lexemes.
+    (SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
+     WHERE $22::text[] IS NOT NULL AND $21::tsquery IS NOT NULL
+       AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+       AND m.valid_to IS NULL
+       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> $22::text[]
+       AND m.lexemes @@ $21::tsquery
+     LIMIT $13)
+    UNION ALL
+    (SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
+     WHERE $22::text[] IS NULL AND $21::tsquery IS NOT NULL
+       AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+       AND m.valid_to IS NULL
+       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) && (
+           SELECT array_agg(t.keyed) FROM terms t
+           WHERE t.grp = (SELECT r.grp FROM terms r GROUP BY r.grp
+                          ORDER BY sum(r.df), r.grp LIMIT 1))
+       AND m.lexemes @@ $21::tsquery
+     LIMIT $13)
+), holding_some AS (
+    -- When fewer than $23 hold every word: the memories holding each lexeme, up to $14 each (a
+    -- rare lexeme brings all of its memories, a common one a sample, as the index returns them).
+    SELECT c.id, c.created_at, c.lexemes
     FROM terms t
     CROSS JOIN LATERAL (
-        SELECT m.id FROM aidb_memory.memory m
+        SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
         WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
           AND m.valid_to IS NULL
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.lexemes @@ t.q
+          AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
         LIMIT $14
     ) c
-    UNION
-    SELECT v.id FROM unnest($15::bigint[]) AS v(id)
+    WHERE (SELECT count(*) FROM holding_all) < $23
 ), candidate AS (
-    SELECT m.id, m.created_at, m.lexemes, length(m.lexemes)::float8 AS dl
-    FROM found f
-    JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = f.id
-    WHERE $12::tsquery IS NULL OR NOT m.lexemes @@ $12::tsquery
-), lexical AS (
-    SELECT c.id, c.created_at, s.total,
-           CASE WHEN $11::tsquery IS NOT NULL AND c.lexemes @@ $11::tsquery THEN 1.0::float8
-                ELSE s.groups::float8 / greatest($10, 1) END AS share
+    SELECT DISTINCT ON (u.id) u.id, u.created_at, u.lexemes, length(u.lexemes)::float8 AS dl
+    FROM (
+        SELECT h.id, h.created_at, h.lexemes FROM holding_all h
+        UNION ALL
+        SELECT s.id, s.created_at, s.lexemes FROM holding_some s
+        UNION ALL
+        SELECT m.id, m.created_at, m.lexemes
+        FROM unnest($15::bigint[]) AS v(id)
+        JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = v.id
+    ) u
+    WHERE $12::tsquery IS NULL OR NOT u.lexemes @@ $12::tsquery
+    ORDER BY u.id
+), held AS (
+    -- The query's lexemes each candidate holds, how often: its lexemes cut to the query's in C
+    -- (setweight marks them, ts_filter keeps the marked ones), then one hash join over them all.
+    SELECT c.id, t.grp, t.weight * t.idf AS idf,
+           coalesce(array_length(x.positions, 1), 1)::float8 AS tf, c.dl
     FROM candidate c
-    CROSS JOIN (SELECT greatest(avg(a.dl), 1.0) AS dl FROM candidate a) average
-    CROSS JOIN LATERAL (
-        SELECT coalesce(sum(t.weight * t.idf * u.tf * ($18 + 1)
-                            / (u.tf + $18 * (1 - $19 + $19 * c.dl / average.dl))), 0) AS total,
-               count(DISTINCT t.grp) AS groups
-        FROM (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
-              FROM unnest(c.lexemes) AS x(lexeme, positions, weights)) u
-        JOIN terms t ON t.lexeme = u.lexeme
-    ) s
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.lexemes, 'A', $8::text[]), '{a}'))
+        AS x(lexeme, positions, weights)
+    JOIN terms t ON t.lexeme = x.lexeme
+), lexical AS (
+    SELECT c.id, c.created_at, coalesce(s.total, 0) AS total,
+           CASE WHEN $11::tsquery IS NOT NULL AND c.lexemes @@ $11::tsquery THEN 1.0::float8
+                ELSE coalesce(s.groups, 0)::float8 / greatest($10, 1) END AS share
+    FROM candidate c
+    LEFT JOIN (
+        SELECT h.id,
+               sum(h.idf * h.tf * ($18 + 1)
+                   / (h.tf + $18 * (1 - $19 + $19 * h.dl / average.dl))) AS total,
+               count(DISTINCT h.grp) AS groups
+        FROM held h
+        CROSS JOIN (SELECT greatest(avg(a.dl), 1.0) AS dl FROM candidate a) average
+        GROUP BY h.id
+    ) s ON s.id = c.id
 ), possible AS (
     -- What a memory holding each group's rarest lexeme once, at average length, scores (of the
     -- lexemes some memory holds: a near word's stem may be in none).
@@ -186,8 +237,9 @@ ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 _SEARCH_TYPES = (
     *("bigint", "text", "bigint", "int", "text", "text"),
-    *("tsquery[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
-    *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]"),
+    *("text[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
+    *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]", "tsquery", "text[]"),
+    "int",
 )
 
 
@@ -202,16 +254,27 @@ SELECT length(to_tsvector('simple', $1)) AS words,
 """
 # With the tree (under the namespace's text search configuration, $5), the query's words as
 # written ('simple'), the stems of each (its lexemes under $5, space-separated; none for a stop
-# word), and the words the actor's memories never use ($2 namespace, $3 actor, $4 its key), the
-# misspelled ones: one probe of memory_word's primary key a word (a correlated subquery, which the
-# planner cannot turn into a hash join over the whole vocabulary).
+# word), and the words that may be misspelled: no stop word, used by none of the actor's memories
+# ($2 namespace, $3 actor, $4 its key; one probe of memory_word's primary key a word, a correlated
+# subquery, which the planner cannot turn into a hash join over the whole vocabulary), and whose
+# stems no current memory holds either ("seat" is no misspelling where a memory says "seats"; one
+# probe of the GIN index memory_lexemes_idx).
 _QUERY_TREE = """
 SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words, w.stems,
-       ARRAY(SELECT u.word FROM unnest(w.words) AS u(word)
-             WHERE (SELECT true FROM aidb_memory.memory_word e
-                    WHERE e.actor_key = $4 AND e.namespace_id = $2 AND e.actor_id = $3
-                      AND e.word = u.word
-                    LIMIT 1) IS NULL
+       ARRAY(SELECT u.word FROM unnest(w.words, w.stems) AS u(word, stems)
+             WHERE CASE WHEN u.stems = '' THEN false
+                        WHEN (SELECT true FROM aidb_memory.memory_word e
+                              WHERE e.actor_key = $4 AND e.namespace_id = $2 AND e.actor_id = $3
+                                AND e.word = u.word
+                              LIMIT 1) THEN false
+                        ELSE NOT EXISTS (
+                            SELECT 1 FROM aidb_memory.memory m
+                            WHERE m.actor_key = $4 AND m.namespace_id + 0 = $2
+                              AND m.actor_id || '' = $3 AND m.valid_to IS NULL
+                              AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes)
+                                  && ARRAY(SELECT $4::text || ':' || s.stem
+                                           FROM unnest(string_to_array(u.stems, ' ')) AS s(stem)))
+                   END
              ORDER BY u.word) AS unknown
 FROM websearch_to_tsquery($5::regconfig, $1) AS q,
      LATERAL (
@@ -277,9 +340,7 @@ def _bounded_query(
 
 
 # The stems ($8, the namespace's text search configuration) of the words of the actor's memories
-# nearest each misspelled query word ($3, the words no memory of the actor uses, and $9 the stems
-# of each, ORed, which no current memory must hold either: "seat" is no misspelling where a
-# memory says "seats"): those within one
+# nearest each misspelled query word ($3, _QUERY_TREE's unknown words): those within one
 # edit of it ($4, $5: word and variant, misspellings.edit_lookups), each looked up by exact match on
 # memory_word's primary key, best trigram similarity first; and only for a word with none of those,
 # the words most similar to it by trigrams (above pg_trgm.similarity_threshold, pinned on the SQL
@@ -315,12 +376,7 @@ WITH hit AS (
                       ORDER BY sim DESC, v.word
                       LIMIT $6) n),
                '{}') AS near
-    FROM unnest($3::text[], $9::tsquery[]) AS u(word, stems)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM aidb_memory.memory m
-        WHERE m.actor_key = $7 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-          AND m.valid_to IS NULL AND m.lexemes @@ u.stems
-    )
+    FROM unnest($3::text[]) AS u(word)
 )
 SELECT n.word,
        ARRAY(SELECT DISTINCT s.stem
@@ -333,25 +389,17 @@ NEAR_WORDS = 3
 
 
 def _near_stems(
-    namespace_id: int,
-    actor: str,
-    key: int,
-    unknown: list[str],
-    stems: dict[str, list[str]],
-    text_search: str,
+    namespace_id: int, actor: str, key: int, unknown: list[str], text_search: str
 ) -> dict[str, list[str]]:
     """For each of the query's ``unknown`` words (no memory of the actor uses them, nor their
-    stems; a stop word never is one), the stems of the actor's words nearest it (none found: no
-    entry)."""
-    unknown = [w for w in unknown if stems.get(w)]
+    stems), the stems of the actor's words nearest it (none found: no entry)."""
     if not unknown:
         return {}
     sources, variants = misspellings.edit_lookups(unknown)
-    held = [" | ".join(ranking.quoted(s) for s in stems[w]) for w in unknown]
     rows = db.execute(
         extensions.trgm_sql(_NEAR_WORDS, "search"),
-        ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint", "text", "tsquery[]"),
-        (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key, text_search, held),
+        ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint", "text"),
+        (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key, text_search),
     )
     return {r["word"]: list(r["stems"]) for r in rows if r["stems"]}
 
@@ -378,7 +426,7 @@ def search(
     tree = _bounded_query(fn, ns, actor, key, query, text_search)
     vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
     stems = {w: s.split() for w, s in zip(tree["words"], tree["stems"], strict=True)}
-    near = _near_stems(ns.id, actor, key, list(tree["unknown"]), stems, text_search)
+    near = _near_stems(ns.id, actor, key, list(tree["unknown"]), text_search)
     terms = ranking.plan(tree["q"], stems, near)
     nearest: tuple[list[int], list[float], list[Any]] = ([], [], [])
     if vector is not None and model_name is not None:
@@ -391,19 +439,15 @@ def search(
         _SEARCH_TYPES,
         (
             *(ns.id, actor, key, n, sid, agent),
-            *(terms.operands, terms.lexemes, terms.groups, terms.group_count),
-            *(
-                tree["q"],
-                terms.negated,
-                ranked,
-                max(CANDIDATES, ranked // len(terms.lexemes or [0])),
-            ),
+            *(terms.keyed(key), terms.lexemes, terms.groups, terms.group_count),
+            *(tree["q"], terms.negated, ranked, max(1, ranked // SCAN_SHARE)),
             *(
                 nearest[0],
                 nearest[1],
                 ranking.lexical_weight(vector is not None, bool(terms.lexemes)),
             ),
-            *(ranking.K1, ranking.B, terms.weights),
+            *(ranking.K1, ranking.B, terms.weights, terms.every, terms.required(key)),
+            ENOUGH_HOLDING_ALL * n,
         ),
     )
     return [dict(r) for r in rows]

@@ -45,7 +45,7 @@ def test_a_plan_has_a_group_per_word_and_leaves_out_stop_words_and_negated_words
     assert plan.weights == [1.0, 1.0]
     assert plan.group_count == 2
     assert plan.negated == "( 'coffe' )"
-    assert plan.operands == ["'tea'", "'lisbon'"]
+    assert plan.keyed(7) == ["7:tea", "7:lisbon"]
 
 
 def test_a_misspelled_word_stands_for_the_stems_of_its_near_words() -> None:
