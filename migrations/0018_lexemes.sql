@@ -32,3 +32,25 @@ $$;
 -- AND it with a btree scan of all the actor's memories (~6 ms for 100,000).
 CREATE INDEX memory_lexemes_idx ON aidb_memory.memory
     USING gin (actor_key, aidb_memory.actor_lexemes(actor_key, lexemes)) WHERE valid_to IS NULL;
+
+-- How many of each actor's current memories hold each lexeme, and (lexeme '', which no tsvector
+-- holds) how many current memories the actor has: BM25's statistics, read by search with one
+-- primary-key probe a word. Row triggers keep it (sql/60_memories.sql) as memories are written,
+-- closed, re-indexed and erased; a count that reaches 0 is deleted with its row, so that erasure
+-- leaves no word behind. Writers of one actor already take the actor's lock (reconciliation), so
+-- keeping these counts makes none of them wait on another.
+CREATE TABLE aidb_memory.memory_lexeme (
+    actor_key    bigint NOT NULL,
+    namespace_id bigint NOT NULL REFERENCES aidb_memory.namespace (id) ON DELETE CASCADE,
+    actor_id     text NOT NULL,
+    lexeme       text NOT NULL,
+    memories     integer NOT NULL CHECK (memories > 0),
+    PRIMARY KEY (actor_key, namespace_id, actor_id, lexeme)
+);
+INSERT INTO aidb_memory.memory_lexeme (actor_key, namespace_id, actor_id, lexeme, memories)
+SELECT m.actor_key, m.namespace_id, m.actor_id, l.lexeme, pg_catalog.count(*)
+FROM aidb_memory.memory AS m
+CROSS JOIN LATERAL pg_catalog.unnest(
+    pg_catalog.array_append(pg_catalog.tsvector_to_array(m.lexemes), '')) AS l(lexeme)
+WHERE m.valid_to IS NULL
+GROUP BY m.actor_key, m.namespace_id, m.actor_id, l.lexeme;

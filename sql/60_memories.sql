@@ -199,6 +199,53 @@ COMMENT ON FUNCTION aidb_memory.memory_words_removed() IS
 'Trigger (internal): removes from memory_word the words of a deleted memory that no remaining '
 'memory of the actor uses.';
 
+-- BM25's statistics (memory_lexeme) follow the actor's current memories, by a row trigger: a
+-- memory counts while it is current (valid_to NULL), for each of its lexemes and once for the
+-- actor (lexeme ''). Rows are touched in lexeme order, so two statements never wait on each
+-- other in opposite orders.
+CREATE OR REPLACE FUNCTION aidb_memory.memory_lexemes_counted()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    was boolean := TG_OP <> 'INSERT' AND OLD.valid_to IS NULL;
+    is_now boolean := TG_OP <> 'DELETE' AND NEW.valid_to IS NULL;
+BEGIN
+    IF TG_OP = 'UPDATE' AND was = is_now AND OLD.lexemes = NEW.lexemes THEN
+        RETURN NULL;
+    END IF;
+    -- An actor whose namespace is gone (namespace_drop) lost its counts with it.
+    IF was AND EXISTS (SELECT 1 FROM aidb_memory.namespace AS n WHERE n.id = OLD.namespace_id) THEN
+        -- The last memory with a lexeme takes its row along; then the others count one less.
+        DELETE FROM aidb_memory.memory_lexeme AS c
+        WHERE c.actor_key = OLD.actor_key AND c.namespace_id = OLD.namespace_id
+          AND c.actor_id = OLD.actor_id AND c.memories = 1
+          AND c.lexeme = ANY (array_append(tsvector_to_array(OLD.lexemes), ''));
+        UPDATE aidb_memory.memory_lexeme AS c SET memories = c.memories - 1
+        WHERE c.actor_key = OLD.actor_key AND c.namespace_id = OLD.namespace_id
+          AND c.actor_id = OLD.actor_id
+          AND c.lexeme = ANY (array_append(tsvector_to_array(OLD.lexemes), ''));
+    END IF;
+    IF is_now THEN
+        INSERT INTO aidb_memory.memory_lexeme AS c
+            (actor_key, namespace_id, actor_id, lexeme, memories)
+        SELECT NEW.actor_key, NEW.namespace_id, NEW.actor_id, l.lexeme, 1
+        FROM unnest(array_append(tsvector_to_array(NEW.lexemes), '')) AS l(lexeme)
+        ORDER BY l.lexeme
+        ON CONFLICT (actor_key, namespace_id, actor_id, lexeme)
+        DO UPDATE SET memories = c.memories + 1;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.memory_lexemes_counted() IS
+'Trigger (internal): keeps memory_lexeme (how many of the actor''s current memories hold each '
+'lexeme, and how many it has) in step with the memory written, closed, re-indexed or erased.';
+
 -- Row triggers, each on its own row's actor (by its key): a distributed PostgreSQL (Citus) runs
 -- a trigger on the shard of its row, where only that actor's rows are at hand
 -- (docs/scaling.md). AFTER ROW triggers fire once the statement is done: a bulk erasure checks
@@ -207,3 +254,6 @@ CREATE OR REPLACE TRIGGER memory_words_added AFTER INSERT ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_added();
 CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_removed();
+CREATE OR REPLACE TRIGGER memory_lexemes_counted
+    AFTER INSERT OR UPDATE OF valid_to, lexemes OR DELETE ON aidb_memory.memory
+    FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_lexemes_counted();

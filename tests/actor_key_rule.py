@@ -50,6 +50,7 @@ PER_ACTOR_TABLES = frozenset(
         "event",
         "memory",
         "memory_word",
+        "memory_lexeme",
         "memory_history",
         "actor_lock",
         "compaction_lock",

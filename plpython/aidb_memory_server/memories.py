@@ -87,21 +87,20 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # memory is one actor's, by it), $4 limit, $5 session_id, $6 agent_id; the query's terms
 # (ranking.plan): $7 the lexemes as the index holds them (ranking.Query.keyed), $8 the lexemes, $9
 # their groups, $10 how many groups; $11 the whole query as a web search reads it (NULL: no words),
-# $12 what a memory must not match (-word; NULL: nothing); $13 the most memories a count reads
-# (config.search_max_ranked), $14 the most memories read for one lexeme (a SCAN_SHARE of it); the
-# vector signal's candidates (vectors.candidates; empty arrays without it): $15 ids, $16 cosines;
-# $17 the lexical share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20
-# what each lexeme counts for (ranking.Query.weights), $21 every word ANDed, each the OR of its
-# lexemes (ranking.Query.every).
+# $12 what a memory must not match (-word; NULL: nothing); $13 the most memories that hold every
+# word scored (config.search_max_ranked), $14 the most memories read for one lexeme (a SCAN_SHARE
+# of it); the vector signal's candidates (vectors.candidates; empty arrays without it): $15 ids,
+# $16 cosines; $17 the lexical share of the score (ranking.lexical_weight), $18 and $19 BM25's k1
+# and b, $20 what each lexeme counts for (ranking.Query.weights), $21 every word ANDed, each the OR
+# of its lexemes (ranking.Query.every), $22 how many memories holding every word are enough
+# (ENOUGH_HOLDING_ALL times limit).
 #
-# BM25 needs how many of the actor's current memories there are ($13 at most, counted on an
-# index) and how many hold each lexeme: each lexeme's memories are read up to $14, which counts
-# them and makes them candidates at once. An actor with more memories than that ranks a lexeme
-# held by $14 of them or more as a common word, which it is, and a search reads at most $14 rows
-# a lexeme, whatever the actor's size. No statistics table is kept on the write path.
-# When every word of the query is that common, none of those reads is sure to hold the memories
-# that say all of it: they are looked up too (holding_all), by the rarest word, up to $13. So on an
-# actor with 100,000 memories the best matches are never left out of a sample.
+# BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
+# read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
+# The candidates: the memories that hold every word, up to $13; when fewer than $22 do, also those
+# that hold some, each lexeme's up to $14 (a rare lexeme brings all of its memories, a common one a
+# sample, as the index returns them); and the vector candidates. So on an actor with 100,000
+# memories the best matches are never left out of a sample.
 # The memories are found on the GIN index of aidb_memory.actor_lexemes (each lexeme keyed by its
 # actor), which reads one actor's entries for one word; the
 # namespace and actor are tested on those rows, written "m.namespace_id + 0" and
@@ -114,54 +113,51 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # occurs; length: how many distinct lexemes it has), against the average length of the candidates.
 # Only the best $4 are fetched again, with their content.
 _SEARCH = """
-WITH counted AS (
-    SELECT count(*)::float8 AS n
-    FROM (
-        SELECT 1 FROM aidb_memory.memory m
-        WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-        LIMIT $13
-    ) x
+WITH counts AS (
+    -- BM25's statistics: the actor's current memories (lexeme '') and those holding each lexeme.
+    SELECT c.lexeme, c.memories::float8 AS n
+    FROM aidb_memory.memory_lexeme c
+    WHERE c.actor_key = $3 AND c.namespace_id = $1 AND c.actor_id = $2
+      AND c.lexeme = ANY (array_append($8::text[], ''))
 ), terms AS (
-    SELECT t.keyed, t.lexeme, t.grp, t.weight, d.df,
-           ln(1 + (greatest(c.n, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT t.keyed, t.lexeme, t.grp, t.weight, coalesce(d.n, 0) AS df,
+           ln(1 + (greatest(a.n, coalesce(d.n, 0)) - coalesce(d.n, 0) + 0.5)
+                  / (coalesce(d.n, 0) + 0.5)) AS idf
     FROM unnest($7::text[], $8::text[], $9::int[], $20::float8[]) AS t(keyed, lexeme, grp, weight)
-    CROSS JOIN counted c
-    CROSS JOIN LATERAL (
-        -- Counted on the index alone (no column of the row is needed): no row is read from a
-        -- page that VACUUM marked all-visible.
-        SELECT count(*)::float8 AS df
-        FROM (
-            SELECT FROM aidb_memory.memory m
-            WHERE m.actor_key = $3 AND m.valid_to IS NULL
-              AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
-            LIMIT $14
-        ) x
-    ) d
+    CROSS JOIN (SELECT coalesce(max(c.n) FILTER (WHERE c.lexeme = ''), 0) AS n FROM counts c) a
+    LEFT JOIN counts d ON d.lexeme = t.lexeme
+), required AS (
+    -- The lexemes a memory holding every word must hold: those of the words that have one lexeme
+    -- some memory holds (a near word that no memory holds drops out of its word).
+    SELECT array_agg(t.keyed) AS keyed FROM terms t
+    WHERE t.df > 0
+      AND t.grp IN (SELECT r.grp FROM terms r WHERE r.df > 0 GROUP BY r.grp HAVING count(*) = 1)
 ), holding_all AS (
     -- The memories that hold every word (each word's stem or a near word's): found by the words
-    -- that have one lexeme ($22), or when none has, by the rarest word's lexemes.
+    -- that have one lexeme (required), or when none has, by the rarest word's lexemes.
     (SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
-     WHERE $22::text[] IS NOT NULL AND $21::tsquery IS NOT NULL
+     WHERE (SELECT r.keyed FROM required r) IS NOT NULL AND $21::tsquery IS NOT NULL
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> $22::text[]
+       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> (SELECT r.keyed FROM required r)
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
     UNION ALL
     (SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
-     WHERE $22::text[] IS NULL AND $21::tsquery IS NOT NULL
+     WHERE (SELECT r.keyed FROM required r) IS NULL AND $21::tsquery IS NOT NULL
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
        AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) && (
            SELECT array_agg(t.keyed) FROM terms t
-           WHERE t.grp = (SELECT r.grp FROM terms r GROUP BY r.grp
+           WHERE t.df > 0
+             AND t.grp = (SELECT r.grp FROM terms r WHERE r.df > 0 GROUP BY r.grp
                           ORDER BY sum(r.df), r.grp LIMIT 1))
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
 ), holding_some AS (
-    -- When fewer than $23 hold every word: the memories holding each lexeme, up to $14 each (a
+    -- When fewer than $22 hold every word: the memories holding each lexeme, up to $14 each (a
     -- rare lexeme brings all of its memories, a common one a sample, as the index returns them).
     SELECT c.id, c.created_at, c.lexemes
     FROM terms t
@@ -173,7 +169,8 @@ WITH counted AS (
           AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
         LIMIT $14
     ) c
-    WHERE (SELECT count(*) FROM holding_all) < $23
+    WHERE (SELECT count(*) FROM holding_all) < $22
+      AND t.df > 0
 ), candidate AS (
     SELECT DISTINCT ON (u.id) u.id, u.created_at, u.lexemes, length(u.lexemes)::float8 AS dl
     FROM (
@@ -238,8 +235,7 @@ ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 _SEARCH_TYPES = (
     *("bigint", "text", "bigint", "int", "text", "text"),
     *("text[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
-    *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]", "tsquery", "text[]"),
-    "int",
+    *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]", "tsquery", "int"),
 )
 
 
@@ -257,8 +253,8 @@ SELECT length(to_tsvector('simple', $1)) AS words,
 # word), and the words that may be misspelled: no stop word, used by none of the actor's memories
 # ($2 namespace, $3 actor, $4 its key; one probe of memory_word's primary key a word, a correlated
 # subquery, which the planner cannot turn into a hash join over the whole vocabulary), and whose
-# stems no current memory holds either ("seat" is no misspelling where a memory says "seats"; one
-# probe of the GIN index memory_lexemes_idx).
+# stems no current memory holds either ("seat" is no misspelling where a memory says "seats"; a
+# probe of memory_lexeme's primary key a stem).
 _QUERY_TREE = """
 SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words, w.stems,
        ARRAY(SELECT u.word FROM unnest(w.words, w.stems) AS u(word, stems)
@@ -268,12 +264,9 @@ SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words, w.stems,
                                 AND e.word = u.word
                               LIMIT 1) THEN false
                         ELSE NOT EXISTS (
-                            SELECT 1 FROM aidb_memory.memory m
-                            WHERE m.actor_key = $4 AND m.namespace_id + 0 = $2
-                              AND m.actor_id || '' = $3 AND m.valid_to IS NULL
-                              AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes)
-                                  && ARRAY(SELECT $4::text || ':' || s.stem
-                                           FROM unnest(string_to_array(u.stems, ' ')) AS s(stem)))
+                            SELECT 1 FROM aidb_memory.memory_lexeme c
+                            WHERE c.actor_key = $4 AND c.namespace_id = $2 AND c.actor_id = $3
+                              AND c.lexeme = ANY (string_to_array(u.stems, ' ')))
                    END
              ORDER BY u.word) AS unknown
 FROM websearch_to_tsquery($5::regconfig, $1) AS q,
@@ -446,7 +439,7 @@ def search(
                 nearest[1],
                 ranking.lexical_weight(vector is not None, bool(terms.lexemes)),
             ),
-            *(ranking.K1, ranking.B, terms.weights, terms.every, terms.required(key)),
+            *(ranking.K1, ranking.B, terms.weights, terms.every),
             ENOUGH_HOLDING_ALL * n,
         ),
     )

@@ -59,15 +59,6 @@ class Query:
             ors.setdefault(group, []).append(quoted(lexeme))
         return " & ".join("( " + " | ".join(o) + " )" for o in ors.values()) or None
 
-    def required(self, actor_key: int) -> list[str] | None:
-        """The keyed lexemes (:meth:`keyed`) of the words that have one lexeme: a memory that
-        holds every word holds all of them; None when every word has several."""
-        sizes: dict[int, int] = {}
-        for group in self.groups:
-            sizes[group] = sizes.get(group, 0) + 1
-        one = [k for k, g in zip(self.keyed(actor_key), self.groups, strict=True) if sizes[g] == 1]
-        return one or None
-
     def keyed(self, actor_key: int) -> list[str]:
         """Each lexeme as the index memory_lexemes_idx holds it for the actor
         (aidb_memory.actor_lexemes: "<actor_key>:<lexeme>")."""

@@ -55,6 +55,7 @@ PER_ACTOR_TABLES = (
     "summary",
     "memory",
     "memory_word",
+    "memory_lexeme",
     "memory_history",
     "actor_lock",
     "compaction_lock",
@@ -69,6 +70,7 @@ BY_ID_COLUMN = "id"
 PER_ACTOR_TRIGGERS = (
     ("memory", "memory_words_added"),
     ("memory", "memory_words_removed"),
+    ("memory", "memory_lexemes_counted"),
     ("session", "compaction_locks_removed"),
 )
 

@@ -683,10 +683,10 @@ def test_forget_leaves_no_trace(db: Database) -> None:
         "memory_history": 1,
     }
     after = _traces(db, needles)
-    # The same actor id in the other namespace: its memory and that memory's words.
-    assert after == {actor: ["memory", "memory_word"]}, after
+    # The same actor id in the other namespace: its memory and that memory's words and counts.
+    assert after == {actor: ["memory", "memory_lexeme", "memory_word"]}, after
     assert db.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = %s", (actor,)) == 1
-    bob = {"turn", "memory", "memory_word"}
+    bob = {"turn", "memory", "memory_word", "memory_lexeme"}
     assert set(_traces(db, [f"{tag}-bob"])[f"{tag}-bob"]) == bob  # bob stays
     audit = db.sql(
         "SELECT by_role, action, namespace, subject_hash, counts, reason, a::text "

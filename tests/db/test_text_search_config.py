@@ -111,3 +111,67 @@ def test_a_configuration_outside_pg_catalog_is_refused(db: Database) -> None:
         _init(db, {"text_search_config": "mine"})
     assert info.value.sqlstate == "22023"
     assert "names no text search configuration of pg_catalog" in str(info.value)
+
+
+_TRUE_COUNTS = """
+SELECT m.actor_key, m.namespace_id, m.actor_id, l.lexeme, count(*)::int
+FROM aidb_memory.memory m
+CROSS JOIN LATERAL unnest(array_append(tsvector_to_array(m.lexemes), '')) AS l(lexeme)
+WHERE m.valid_to IS NULL
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, 2, 3, 4
+"""
+_KEPT_COUNTS = """
+SELECT actor_key, namespace_id, actor_id, lexeme, memories FROM aidb_memory.memory_lexeme
+ORDER BY 1, 2, 3, 4
+"""
+
+
+def test_the_word_counts_follow_every_write_close_reindex_and_erasure(db: Database) -> None:
+    """memory_lexeme (BM25's statistics) equals a count over the current memories after each
+    kind of change, and erasure leaves no count behind."""
+    _init(db, {})
+    _init(db, {}, name="other")
+    for content in (
+        "Anna likes green tea",
+        "Anna likes black tea and tea cakes",
+        "Anna lives in Lyon",
+    ):
+        _remember(db, content)
+    _remember(db, "Anna likes green tea", name="other")
+    assert db.sql(_KEPT_COUNTS) == db.sql(_TRUE_COUNTS)
+    # Closed (superseded): no longer counted.
+    db.sql("UPDATE aidb_memory.memory SET valid_to = now() WHERE content = 'Anna lives in Lyon'")
+    assert db.sql(_KEPT_COUNTS) == db.sql(_TRUE_COUNTS)
+    # Re-indexed under another configuration.
+    db.sql(
+        'SELECT aidb_memory.namespace_update(%s, config => \'{"text_search_config": "simple"}\')',
+        (NS,),
+        user=ADMIN_USER,
+    )
+    assert db.sql(_KEPT_COUNTS) == db.sql(_TRUE_COUNTS)
+    # Deleted, then the actor forgotten: nothing of theirs is left in the counts.
+    db.sql(
+        "SELECT aidb_memory.delete(%s, 'anna', %s::jsonb, 'test')",
+        (NS, json.dumps({"ids": [_id(db, "Anna likes green tea")]})),
+        user=APP_USER,
+    )
+    assert db.sql(_KEPT_COUNTS) == db.sql(_TRUE_COUNTS)
+    db.sql("SELECT aidb_memory.forget(%s, 'anna', 'test')", (NS,), user=APP_USER)
+    assert db.sql(_KEPT_COUNTS) == db.sql(_TRUE_COUNTS)
+    assert {r[1] for r in db.sql(_KEPT_COUNTS)} == {
+        db.value("SELECT id FROM aidb_memory.namespace WHERE name = 'other'")
+    }
+    db.sql("SELECT aidb_memory.namespace_drop('other', 'test')", user=ADMIN_USER)
+    assert db.sql(_KEPT_COUNTS) == []
+
+
+def _id(db: Database, content: str) -> str:
+    return str(
+        db.value(
+            "SELECT public_id::text FROM aidb_memory.memory "
+            "WHERE namespace_id = (SELECT id FROM aidb_memory.namespace WHERE name = %s) "
+            "AND content = %s",
+            (NS, content),
+        )
+    )

@@ -200,9 +200,12 @@ def _reads(db: Database) -> dict[str, Any]:
 
 
 def _rows(db: Database) -> dict[str, list[Any]]:
-    """Every row of every per-actor table, without the new key column, in a stable order."""
+    """Every row of every per-actor table, without the new key column, in a stable order. A table
+    a later migration adds (memory_lexeme, 0018) is not there before the upgrade."""
     rows = {}
     for table in PER_ACTOR_TABLES:
+        if db.value("SELECT to_regclass(%s)", (f"aidb_memory.{table}",)) is None:
+            continue
         rows[table] = sorted(
             json.dumps(r, sort_keys=True, default=str)
             # Columns later migrations add (memory.lexemes, 0018) are the upgrade's own too.
@@ -222,12 +225,13 @@ def test_an_upgrade_with_data_keeps_every_row_and_every_read(
     _fill(db)
     rows_before, reads_before = _rows(db), _reads(db)
     # Rows in every per-actor table but those only a failed or ahead compaction writes.
-    filled = set(PER_ACTOR_TABLES) - {"compaction_failure", "compaction_ahead"}
+    filled = set(PER_ACTOR_TABLES) - {"compaction_failure", "compaction_ahead", "memory_lexeme"}
     assert all(rows_before[t] for t in filled), [t for t in filled if not rows_before[t]]
 
     install_tree(db, None)
 
-    assert _rows(db) == rows_before
+    after = _rows(db)
+    assert {t: after[t] for t in rows_before} == rows_before
     assert _reads(db) == reads_before
     # Every row got its actor's key; the rows of a session, the session's.
     for table in ("session", "event", "memory", "memory_word", "memory_history", "actor_lock"):
