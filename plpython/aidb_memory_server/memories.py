@@ -325,8 +325,10 @@ def search(
     limit: int | None,
     session_id: str | None,
     agent_id: str | None,
+    query_embedding: list[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """The actor's current memories that best match ``query``, best first, score in [0, 1]."""
+    """The actor's current memories that best match ``query``, best first, score in [0, 1].
+    ``query_embedding``: the query's vector, when the application has it (no embedding call)."""
     fn = "search"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     sid, agent = filters(fn, ns, session_id, agent_id)
@@ -337,7 +339,7 @@ def search(
         raise invalid(fn, "query", "must not be empty")
     key = keys.actor_key(ns.name, actor)
     tsquery, tree = _bounded_query(fn, ns, actor, key, query)
-    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
+    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query, query_embedding)
     fuzzy, any_word = _word_queries(ns.id, actor, key, list(tree["words"]), list(tree["unknown"]))
     near: tuple[list[int], list[float], list[Any]] = ([], [], [])
     if vector is not None and model_name is not None:
