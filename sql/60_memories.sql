@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION aidb_memory.search(
     "limit" integer DEFAULT 10,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
-    query_embedding real[] DEFAULT NULL
+    query_embedding double precision[] DEFAULT NULL
 )
 -- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
 -- have an argument and a result column of one name; migrations/0009_result_types.sql.
@@ -26,7 +26,7 @@ SET debug_print_plan = off
 SET pg_trgm.similarity_threshold = 0.3
 SET plan_cache_mode = force_generic_plan
 AS $py$ memories.search $py$;
-COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, real[]) IS
+COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, double precision[]) IS
 'The actor''s current memories that best match query, best first: reciprocal-rank fusion (k = 60) '
 'of full-text search, a full-text search with the actor''s words nearest each misspelled one '
 '(one edit away, else by trigram similarity) and, when the namespace '

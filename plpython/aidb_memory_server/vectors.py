@@ -132,8 +132,8 @@ _SIZE_TYPES = ("bigint", "text", "text", "int", "bigint", "int", "text")
 
 # pgvector, exact: every current memory of the actor with the model and the query's dimension
 # ($7), nearest first (cosine distance, pgvector's <=>), at most $8; $3 the query's embedding,
-# $9 the actor's key, the others as in _CANDIDATES. The distance is on the column as it is (no dimension),
-# which no HNSW index computes: this plan reads the actor's rows by its key.
+# $9 the actor's key, the others as in _CANDIDATES. The distance is on the column as it is (no
+# dimension), which no HNSW index computes: this plan reads the actor's rows by its key.
 _EXACT = """
 SELECT c.id, 1.0::float8 - c.d AS sim, c.created_at
 FROM (
@@ -159,7 +159,7 @@ _EXACT_TYPES = (
 # index from constants). Iterative scans return the rows of the key's actor in roughly
 # ascending distance (relaxed order): ordered again outside. The filters on actor_key and the
 # other columns are checked on the rows the index returns: on a distributed table the key
-# routes the statement to the actor's shard.
+# routes the statement to the actor's shard. The parameters are _EXACT's ($7 unused).
 _HNSW = """
 SELECT c.id, 1.0::float8 - c.d AS sim, c.created_at
 FROM (
@@ -177,12 +177,13 @@ FROM (
 ) c
 ORDER BY c.d, c.id DESC
 """
-_HNSW_TYPES = (*("bigint", "text", "real[]", "text", "text", "text"), "int", "int", "bigint")
 # The settings of the HNSW statement, for it alone (restored after it; a failure rolls them
 # back with the caller's transaction or savepoint). Sorting off: a generic plan counts on an
 # average actor's few rows and would sort them, scanning a large actor's every row.
 _SET = "SELECT pg_catalog.set_config($1, $2, true) AS v"
 _SHOW = "SELECT pg_catalog.current_setting($1, true) AS v"
+# pgvector's defaults: what a setting goes back to that did not exist before the statement.
+_DEFAULTS = {"hnsw.iterative_scan": "off", "hnsw.ef_search": "40", "hnsw.max_scan_tuples": "20000"}
 
 
 def index_name(dims: int) -> str:
@@ -287,7 +288,9 @@ def query_embedding(
         return None, None
     if vector is not None:
         dims = db.execute(
-            _STORED_DIMENSIONS, ("bigint", "text", "text", "bigint"), (ns.id, actor, model_name, key)
+            _STORED_DIMENSIONS,
+            ("bigint", "text", "text", "bigint"),
+            (ns.id, actor, model_name, key),
         )
         if dims.nrows() and int(dims[0]["dims"]) != len(vector):
             raise invalid(
@@ -315,13 +318,12 @@ def _rows(rows: Any) -> tuple[list[int], list[float], list[Any]]:
     )
 
 
-def _hnsw(schema: str, params: tuple[Any, ...]) -> Any:
-    """The HNSW statement of the query's dimension (params[6]), under its settings alone."""
-    dims = int(params[6])
+def _hnsw(schema: str, dims: int, limit: int, params: tuple[Any, ...]) -> Any:
+    """The HNSW statement of ``dims`` (_EXACT's ``params``), under its settings alone."""
     sql = extensions.vector_sql(_HNSW.replace("__dims__", str(dims)), schema)
     settings = {
         "hnsw.iterative_scan": "relaxed_order",
-        "hnsw.ef_search": str(max(HNSW_EF_SEARCH, int(params[7]))),
+        "hnsw.ef_search": str(max(HNSW_EF_SEARCH, limit)),
         "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN),
         "enable_sort": "off",
     }
@@ -329,15 +331,12 @@ def _hnsw(schema: str, params: tuple[Any, ...]) -> Any:
     for k, v in settings.items():
         db.execute(_SET, ("text", "text"), (k, v))
     try:
-        return db.execute(sql, _HNSW_TYPES, (*params[:6], params[7], params[9]))
+        return db.execute(sql, _EXACT_TYPES, params)
     finally:
         for k, old in before.items():
             # A setting that did not exist before (pgvector's, before its library loaded in this
             # backend) goes back to pgvector's default, not to ours.
             db.execute(_SET, ("text", "text"), (k, _DEFAULTS[k] if old is None else old))
-
-
-_DEFAULTS = {"hnsw.iterative_scan": "off", "hnsw.ef_search": "40", "hnsw.max_scan_tuples": "20000"}
 
 
 def candidates(
@@ -355,20 +354,20 @@ def candidates(
     with ``model`` in the vector's dimension are compared."""
     kind, schema = storage()
     if kind != "pgvector" or schema is None:
-        params = (ns.id, actor, vector, model, session_id, agent_id, VECTOR_WINDOW, limit)
-        return _rows(db.execute(_CANDIDATES, _CANDIDATES_TYPES, (*params, MIN_COSINE, key)))
+        window = (ns.id, actor, vector, model, session_id, agent_id, VECTOR_WINDOW, limit)
+        return _rows(db.execute(_CANDIDATES, _CANDIDATES_TYPES, (*window, MIN_COSINE, key)))
     dims = len(vector)
     size = db.execute(
         extensions.vector_sql(_SIZE, schema),
         _SIZE_TYPES,
         (ns.id, actor, model, dims, key, EXACT_MAX + 1, f"aidb_memory.{index_name(dims)}"),
     )[0]
-    params = (ns.id, actor, vector, model, session_id, agent_id, dims, limit, None, key)
+    params = (ns.id, actor, vector, model, session_id, agent_id, dims, limit, key)
     if int(size["n"]) > EXACT_MAX and size["indexed"]:
-        rows = _hnsw(schema, params)
+        rows = _hnsw(schema, dims, limit, params)
         # Too few from the index (filters that leave few of the actor's rows, or more of other
         # actors' rows than the scan may visit): the exact scan answers.
         if rows.nrows() >= limit:
             return _rows(rows)
     exact = extensions.vector_sql(_EXACT, schema)
-    return _rows(db.execute(exact, _EXACT_TYPES, (*params[:8], key)))
+    return _rows(db.execute(exact, _EXACT_TYPES, params))

@@ -416,7 +416,11 @@ LOOP
 END LOOP;"""
     return Step(
         "pgvector",
-        do_block(body, declare="    placed text;\n    foreign_owner text;\n    stored integer[];\n    dims integer;"),
+        do_block(
+            body,
+            declare="    placed text;\n    foreign_owner text;\n    stored integer[];\n"
+            "    dims integer;",
+        ),
     )
 
 
