@@ -31,6 +31,7 @@ import chat_ahead  # row (g), bench/chat_ahead.py
 import concurrency  # row (h), bench/concurrency.py
 import psycopg
 import search_quality  # row (i), bench/search_quality.py
+import vectors  # rows (j) and (k), bench/vectors.py
 from psycopg.types.string import TextLoader
 
 from aidb_memory.installer import Package, install
@@ -1263,13 +1264,14 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "e", "i", "worst-search", "first-call", "g", "h"),
+        choices=("all", "e", "i", "worst-search", "first-call", "g", "h", "j"),
         default="all",
         help="e: only (e), search against plain full text, then (i) on its memories; i: only "
         "(i), search quality on misspelled queries, on (e)'s memories; worst-search: only "
         "(e2), the worst single search of a 100,000-char query, on (e)'s memories (no peer "
         "needed); first-call: only (f), the first call on new connections; g: only (g), "
-        "compaction ahead of reads; h: only (h), concurrent chat turns",
+        "compaction ahead of reads; h: only (h), concurrent chat turns; j: only (j) and (k), "
+        "vector search with pgvector over 100,000 of 1,000,000 memories",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -1306,6 +1308,8 @@ def main() -> int:
         return main_g(args)
     if args.only == "h":
         return main_h(args)
+    if args.only == "j":
+        return main_j(args)
     if args.only == "e":
         return main_e(args)
     if args.only == "i":
@@ -1470,6 +1474,9 @@ def main() -> int:
             say("bench: (i) search quality, 30 misspelled queries")
             quality = search_quality.run(dsn, NS, ACTOR, say)
             chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
+            # (j) and (k) last, in a database of their own: their 1,000,000 vectors and the
+            # HNSW index (~4 GB) would push everything else out of the caches.
+            vector_rows = vectors.run(server.dsn, say)
         finally:
             for c in conns:
                 c.close()
@@ -1494,12 +1501,15 @@ def main() -> int:
     report_first_calls(first)
     print()
     chat_ahead.report(chat)
+    print()
+    vectors.report(vector_rows)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["search_quality"] = quality
     result["first_calls"] = first
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
+    result["vectors"] = vector_rows
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"
@@ -1733,6 +1743,25 @@ def main_h(args: argparse.Namespace) -> int:
         return {"machine": machine, "concurrent": found}
 
     return run_alone(args, "h", work, lambda r: concurrency.report(r["concurrent"]))
+
+
+def main_j(args: argparse.Namespace) -> int:
+    """``--only j``: (j) and (k) alone, on a server of their own."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server:
+        found = vectors.run(server.dsn, say)
+    say("bench: server stopped and removed")
+    print()
+    vectors.report(found)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-j.json"
+        result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
+        path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
 
 
 def main_g(args: argparse.Namespace) -> int:
