@@ -9,6 +9,7 @@ vector a test queues, so a query's "meaning" is the vector the test chose for it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from aidb_memory.client import AsyncMemory, Memory
 from aidb_memory.installer import Package, install
 from conftest import APP_USER, PGVECTOR_MISSING, Database, pgvector_available, run_cli
 from fake_openai import FakeOpenAI, Reply
@@ -266,3 +268,58 @@ def test_uninstall_drops_the_vector_extension_install_created(db: Database) -> N
     assert result.returncode == 0, result.stderr
     assert "dropped extension vector" in result.stdout
     assert db.value("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 0
+
+
+def test_the_clients_pass_the_query_vector(vector_db: Database, fake: FakeOpenAI) -> None:
+    _setup(vector_db, fake)
+    rex = _memory(vector_db, "The customer owns a dog named Rex", _axis(0))
+    _memory(vector_db, "Invoice 4411 was paid in March", _axis(1))
+    given = (0.9, 0.1, 0, 0, 0, 0, 0, 0)  # any sequence of numbers
+    with Memory(vector_db.dsn(APP_USER)) as m:
+        assert str(m.search(NS, "alice", "animal companion", query_embedding=given)[0].id) == rex
+
+    async def run() -> str:
+        async with AsyncMemory(vector_db.dsn(APP_USER)) as m:
+            hits = await m.search(NS, "alice", "animal companion", query_embedding=given)
+            return str(hits[0].id)
+
+    assert asyncio.run(run()) == rex
+    assert fake.calls("/embeddings") == []
+
+
+def test_doctor_says_which_storage_and_what_the_other_would_change(
+    vector_db: Database, fake: FakeOpenAI, request: pytest.FixtureRequest
+) -> None:
+    result = run_cli("doctor", dsn=vector_db.dsn())
+    line = next(x for x in result.stdout.splitlines() if x.split()[1:2] == ["vectors"])
+    if request.node.callspec.params["vector_db"] == "real[]":
+        assert line.startswith("ok       vectors     real[] (installed --without-pgvector): ")
+        assert "newest 1,000 memories" in line
+        assert "`aidb-memory install` moves the embeddings to it" in line
+        return
+    assert line.startswith("ok       vectors     pgvector 0.8.6 (schema pg_catalog): ")
+    assert "HNSW indexes: none" in line and "without pgvector, search compares" in line
+    # A stored dimension without its HNSW index is named, with the fix.
+    _setup(vector_db, fake)
+    _memory(vector_db, "The customer owns a dog named Rex", _axis(0))
+    result = run_cli("doctor", dsn=vector_db.dsn())
+    lines = result.stdout.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.split()[1:2] == ["vectors"])
+    assert lines[at].startswith("partial  vectors     pgvector")
+    assert "vectors of 8 dimensions have no HNSW index" in lines[at]
+    assert lines[at + 1].strip().startswith("fix: aidb-memory install creates the HNSW index")
+    _reinstall(vector_db)
+    result = run_cli("doctor", dsn=vector_db.dsn())
+    line = next(x for x in result.stdout.splitlines() if x.split()[1:2] == ["vectors"])
+    assert line.startswith("ok") and "HNSW indexes: 8 dimensions" in line
+
+
+def test_install_without_pgvector_keeps_real_embeddings(real_db: Database) -> None:
+    """The command line's --without-pgvector, on a database that kept real[]: nothing moves."""
+    _require_pgvector(real_db)
+    result = run_cli("install", "--without-pgvector", dsn=real_db.dsn())
+    assert result.returncode == 0, result.stderr
+    assert "pgvector" not in result.stdout and _storage(real_db) == "real[]"
+    script = run_cli("sql", "--without-pgvector", dsn=real_db.dsn())
+    assert script.returncode == 0 and "CREATE EXTENSION vector" not in script.stdout
+    assert "CREATE EXTENSION vector" in run_cli("sql", dsn=real_db.dsn()).stdout
