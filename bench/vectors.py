@@ -81,14 +81,20 @@ WHERE m.actor_key = aidb_memory.actor_key(%(ns)s, %(actor)s) AND m.valid_to IS N
 ORDER BY m.embedding OPERATOR(pg_catalog.<=>) %(q)s::real[]::pg_catalog.vector, m.id DESC
 LIMIT %(top)s
 """
-SEARCH = (
-    "SELECT id::text FROM aidb_memory.search(%s, %s, %s, %s, query_embedding => %s::float8[])"
-)
+SEARCH = "SELECT id::text FROM aidb_memory.search(%s, %s, %s, %s, query_embedding => %s::float8[])"
 
 
 def run(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[str, Any]:
     """Build the database ``bench_vectors`` on the server (``server_dsn(dbname)``), then measure
     (j) and (k). Without pgvector in the server, says so and returns a skipped result."""
+    built = build(server_dsn, say)
+    if "skipped" in built:
+        return built
+    return measure(built, say)
+
+
+def build(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[str, Any]:
+    """The database of (j) and (k): its dsn, the queries, the exact answers and what it took."""
     with psycopg.connect(server_dsn("postgres"), autocommit=True) as admin:
         available = admin.execute(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
@@ -105,10 +111,10 @@ def run(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[st
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "SELECT aidb_memory.create_model('emb', 'openai', "
-            "'{\"model\": \"unused\", \"base_url\": \"http://127.0.0.1:9/v1\"}')"
+            '\'{"model": "unused", "base_url": "http://127.0.0.1:9/v1"}\')'
         )
         conn.execute(
-            "SELECT aidb_memory.init(%s, '{\"embedding\": \"emb\"}', '{\"extraction\": false}')",
+            'SELECT aidb_memory.init(%s, \'{"embedding": "emb"}\', \'{"extraction": false}\')',
             (NS,),
         )
         row = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,))
@@ -116,9 +122,7 @@ def run(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[st
         say(f"bench: (j) generating {TOTAL:,} memories with {DIMS}-dimension vectors")
         conn.execute("SELECT setseed(0.27)")
         conn.execute(_PARTS, {"dims": DIMS})
-        conn.execute(
-            _INSERT, {"ns": NS, "ns_id": ns_id, "actor": ACTOR, "total": TOTAL}
-        )
+        conn.execute(_INSERT, {"ns": NS, "ns_id": ns_id, "actor": ACTOR, "total": TOTAL})
         inserted = time.perf_counter() - t0
         conn.execute("VACUUM ANALYZE aidb_memory.memory")
         queries = [r[0] for r in conn.execute(_QUERIES, {"n": QUERIES}).fetchall()]
@@ -142,11 +146,33 @@ def run(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[st
         assert size is not None
         say("bench: (k) exact scans of the actor's vectors")
         exact = [
-            [r[0] for r in conn.execute(
-                _EXACT, {"ns": NS, "actor": ACTOR, "q": q, "top": TOP}
-            ).fetchall()]
+            [
+                r[0]
+                for r in conn.execute(
+                    _EXACT, {"ns": NS, "actor": ACTOR, "q": q, "top": TOP}
+                ).fetchall()
+            ]
             for q in queries
         ]
+    return {
+        "dsn": dsn,
+        "queries": queries,
+        "exact": exact,
+        "data": {
+            "total": TOTAL,
+            "of_actor": TOTAL // 10,
+            "dimensions": DIMS,
+            "insert_s": round(inserted, 1),
+            "hnsw_index_s": round(indexed, 1),
+            "table_mb": round(size[0] / 2**20),
+            "hnsw_index_mb": round(size[1] / 2**20),
+        },
+    }
+
+
+def measure(built: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """(j) and (k) on the database ``build`` made."""
+    dsn, queries, exact = built["dsn"], built["queries"], built["exact"]
     say(f"bench: (j) {QUERIES} queries x {ROUNDS}, search with the query's vector")
     latencies: list[float] = []
     recalls: list[float] = []
@@ -170,15 +196,7 @@ def run(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[st
     p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
     recall = sum(recalls) / len(recalls)
     return {
-        "data": {
-            "total": TOTAL,
-            "of_actor": TOTAL // 10,
-            "dimensions": DIMS,
-            "insert_s": round(inserted, 1),
-            "hnsw_index_s": round(indexed, 1),
-            "table_mb": round(size[0] / 2**20),
-            "hnsw_index_mb": round(size[1] / 2**20),
-        },
+        "data": built["data"],
         "j": {
             "what": "search with query_embedding, one actor's 100,000 of 1,000,000 memories",
             "searches": len(lat),

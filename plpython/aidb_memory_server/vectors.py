@@ -9,7 +9,7 @@ every search (install converts the column while backends keep running):
 * **pgvector**: ``memory.embedding`` is a ``vector`` without a dimension, so one column holds the
   vectors of models of any dimension. The actor's vectors of the query's model and dimension are
   compared in C: an exact scan of the actor's rows (by ``memory_actor_idx``) while the actor has
-  at most EXACT_MAX of them, else the HNSW index of that dimension that install creates
+  at most EXACT_MAX memories, else the HNSW index of that dimension that install creates
   (``memory_embedding_<d>_idx``, partial on the dimension: an HNSW index needs a fixed one) with
   iterative index scans, falling back to the exact scan when it finds too few. No window.
 * **real[]** (no pgvector): the cosine is computed in SQL over the actor's newest VECTOR_WINDOW
@@ -35,9 +35,10 @@ from aidb_memory_server.sessions import Namespace, quote
 VECTOR_WINDOW = 1000
 # A memory whose cosine similarity to the query is at most this is not a vector candidate.
 MIN_COSINE = 0.0
-# An actor with at most this many current memories of the query's model and dimension is scanned
-# exactly (pgvector computes ~60,000 cosines of 384 dimensions in 10 ms on the bench machine);
-# above it the HNSW index answers, when there is one for the dimension (bench/README.md, (j)).
+# An actor with at most this many memories (of any model, current or not: a count on an index
+# alone) is scanned exactly: ~5 ms for 5,000 vectors of 384 dimensions on the bench machine, where
+# 100,000 take ~100 ms; above it the HNSW index of the dimension answers, when there is one
+# (bench/README.md, (j)).
 EXACT_MAX = 5000
 # What the HNSW scan runs with (set for its statement only): iterative scans continue until the
 # actor's rows fill the limit (hnsw.iterative_scan, pgvector 0.8), visiting at most MAX_SCAN
@@ -115,20 +116,19 @@ _CANDIDATES_TYPES = (
     *("int", "int", "float8", "bigint"),
 )
 
-# pgvector: how many current memories of the model and dimension the actor has, up to $6 (a
-# bounded count on memory_actor_idx), and whether the HNSW index of the dimension is there and
-# valid ($7 its name). $1 namespace, $2 actor, $3 model, $4 dimension, $5 the actor's key.
+# pgvector: how many memories the actor has, up to $4 (an index-only count on memory_actor_idx:
+# superseded ones and those of other models or dimensions too, an upper bound of what the exact
+# scan would compare), and whether the HNSW index of the dimension is there and valid ($5 its
+# name). $1 namespace, $2 actor, $3 the actor's key.
 _SIZE = """
 SELECT (SELECT count(*) FROM (
             SELECT 1 FROM aidb_memory.memory m
-            WHERE m.actor_key = $5 AND m.namespace_id = $1 AND m.actor_id = $2
-              AND m.valid_to IS NULL AND m.embedding_model = $3
-              AND "@vector@".vector_dims(m.embedding) = $4
-            LIMIT $6) x) AS n,
+            WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2
+            LIMIT $4) x) AS n,
        coalesce((SELECT i.indisvalid FROM pg_catalog.pg_index i
-                 WHERE i.indexrelid = pg_catalog.to_regclass($7)), false) AS indexed
+                 WHERE i.indexrelid = pg_catalog.to_regclass($5)), false) AS indexed
 """
-_SIZE_TYPES = ("bigint", "text", "text", "int", "bigint", "int", "text")
+_SIZE_TYPES = ("bigint", "text", "bigint", "int", "text")
 
 # pgvector, exact: every current memory of the actor with the model and the query's dimension
 # ($7), nearest first (cosine distance, pgvector's <=>), at most $8; $3 the query's embedding,
@@ -358,9 +358,7 @@ def candidates(
         return _rows(db.execute(_CANDIDATES, _CANDIDATES_TYPES, (*window, MIN_COSINE, key)))
     dims = len(vector)
     size = db.execute(
-        extensions.vector_sql(_SIZE, schema),
-        _SIZE_TYPES,
-        (ns.id, actor, model, dims, key, EXACT_MAX + 1, f"aidb_memory.{index_name(dims)}"),
+        _SIZE, _SIZE_TYPES, (ns.id, actor, key, EXACT_MAX + 1, f"aidb_memory.{index_name(dims)}")
     )[0]
     params = (ns.id, actor, vector, model, session_id, agent_id, dims, limit, key)
     if int(size["n"]) > EXACT_MAX and size["indexed"]:
