@@ -339,6 +339,12 @@ END IF;"""
 VECTOR_INDEX = "memory_embedding_%s_idx"
 # pgvector indexes vector of at most this many dimensions with HNSW.
 HNSW_MAX_DIMENSIONS = 2000
+# The HNSW graph: twice pgvector's defaults (16, 64). With the defaults, bench (j)'s memories
+# (groups of near neighbours, as the same fact about many actors would be) left some groups
+# unreachable from the rest of the graph: recall@10 0.93, one query 0.0. With these, 1.0, for an
+# index build about 3 times as long.
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 128
 
 
 def vector_step() -> Step:
@@ -410,6 +416,7 @@ LOOP
         EXECUTE pg_catalog.format(
             'CREATE INDEX {index} ON {SCHEMA}.memory USING hnsw '
             '((embedding::%2$I.vector(%1$s)) %2$I.vector_cosine_ops) '
+            'WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) '
             'WHERE valid_to IS NULL AND %2$I.vector_dims(embedding) = %1$s', dims, placed);
         {created}
     END IF;
