@@ -1746,11 +1746,13 @@ def main_h(args: argparse.Namespace) -> int:
 
 
 def main_j(args: argparse.Namespace) -> int:
-    """``--only j``: (j) and (k) alone, on a server of their own."""
+    """``--only j``: (j) and (k) alone, on a server of their own, whose shared_buffers hold the
+    table and the index (vectors.SHARED_BUFFERS: PostgreSQL's default 128 MB would measure reads
+    from the OS's cache, not the search)."""
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer() as server:
+    with ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}") as server:
         found = vectors.run(server.dsn, say)
     say("bench: server stopped and removed")
     print()

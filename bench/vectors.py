@@ -39,6 +39,8 @@ ROUNDS = 10  # each query this many times for (j)
 TARGET_P95_MS = 20.0
 TARGET_RECALL = 0.95
 TOP = 10
+# What `--only j` starts its server with: the table (~2 GB) and the HNSW index (~2 GB) fit.
+SHARED_BUFFERS = "5GB"
 QUERY_TEXT = "zqxj vkwb"  # no word of any memory, none near one: the vector signal alone ranks
 
 _PARTS = """
@@ -195,8 +197,10 @@ def measure(built: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]
     mean = sum(lat) / len(lat)
     p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
     recall = sum(recalls) / len(recalls)
+    with psycopg.connect(dsn) as conn:
+        buffers = conn.execute("SHOW shared_buffers").fetchone()
     return {
-        "data": built["data"],
+        "data": {**built["data"], "shared_buffers": buffers[0] if buffers else "?"},
         "j": {
             "what": "search with query_embedding, one actor's 100,000 of 1,000,000 memories",
             "searches": len(lat),
@@ -227,7 +231,7 @@ def report(result: dict[str, Any]) -> None:
         f"(j) and (k): {d['total']:,} memories of {d['dimensions']} dimensions, "
         f"{d['of_actor']:,} of the searched actor; inserted in {d['insert_s']:.0f} s, HNSW "
         f"index in {d['hnsw_index_s']:.0f} s ({d['table_mb']} MB table, {d['hnsw_index_mb']} "
-        "MB index)"
+        f"MB index; shared_buffers {d['shared_buffers']})"
     )
     print(
         f"(j) {j['what']}: mean {j['mean_ms']:.1f} ms, p50 {j['p50_ms']:.1f} ms, p95 "
