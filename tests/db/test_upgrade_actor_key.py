@@ -68,9 +68,11 @@ def release_before(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _install(db: Database, source: Path | None) -> None:
+    """Install this checkout's package, or the one at ``source`` (an older release, whose server
+    code knows real[] embeddings only: this installer keeps them real[] for it)."""
     package = Package.load(SourceTree(source) if source else None)
     with db.connect(autocommit=False) as conn:
-        install(conn, package, say=lambda _line: None)
+        install(conn, package, say=lambda _line: None, pgvector=source is None)
         conn.commit()
 
 
