@@ -184,8 +184,10 @@ ORDER BY c.d, c.id DESC
 # The settings of the HNSW statement, for it alone (restored after it; a failure rolls them
 # back with the caller's transaction or savepoint). Sorting off: a generic plan counts on an
 # average actor's few rows and would sort them, scanning a large actor's every row.
-_SET = "SELECT pg_catalog.set_config($1, $2, true) AS v"
-_SHOW = "SELECT pg_catalog.current_setting($1, true) AS v"
+_SET = """
+SELECT pg_catalog.set_config(s.k, s.v, true) AS v FROM unnest($1::text[], $2::text[]) AS s(k, v)
+"""
+_SHOW = "SELECT s.k, pg_catalog.current_setting(s.k, true) AS v FROM unnest($1::text[]) AS s(k)"
 # pgvector's defaults: what a setting goes back to that did not exist before the statement.
 _DEFAULTS = {"hnsw.iterative_scan": "off", "hnsw.ef_search": "40", "hnsw.max_scan_tuples": "20000"}
 
@@ -331,16 +333,16 @@ def _hnsw(schema: str, dims: int, params: tuple[Any, ...]) -> Any:
         "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN),
         "enable_sort": "off",
     }
-    before = {k: db.execute(_SHOW, ("text",), (k,))[0]["v"] for k in settings}
-    for k, v in settings.items():
-        db.execute(_SET, ("text", "text"), (k, v))
+    names = list(settings)
+    before = {r["k"]: r["v"] for r in db.execute(_SHOW, ("text[]",), (names,))}
+    db.execute(_SET, ("text[]", "text[]"), (names, [settings[k] for k in names]))
     try:
         return db.execute(sql, _EXACT_TYPES, params)
     finally:
-        for k, old in before.items():
-            # A setting that did not exist before (pgvector's, before its library loaded in this
-            # backend) goes back to pgvector's default, not to ours.
-            db.execute(_SET, ("text", "text"), (k, _DEFAULTS[k] if old is None else old))
+        # A setting that did not exist before (pgvector's, before its library loaded in this
+        # backend) goes back to pgvector's default, not to ours.
+        old = [_DEFAULTS[k] if before.get(k) is None else before[k] for k in names]
+        db.execute(_SET, ("text[]", "text[]"), (names, old))
 
 
 def candidates(

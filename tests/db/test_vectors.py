@@ -193,7 +193,18 @@ def test_the_oldest_of_5000_memories_is_found_by_meaning_only_with_pgvector(
         "dimensions" in lines
     )
     before = _index_scans(vector_db, f"memory_embedding_{DIMS}_idx")
-    assert _ids(vector_db, "which animal companion", query_embedding=given)[0] == rex
+    with vector_db.connect(APP_USER, autocommit=False) as conn:
+        conn.execute("SET LOCAL hnsw.ef_search = 77")
+        rows = conn.execute(
+            "SELECT id::text FROM aidb_memory.search(%s, 'alice', 'which animal companion', "
+            "query_embedding => %s)",
+            (NS, given),
+        ).fetchall()
+        # The index scan's settings were the statement's alone: the caller's are as they were.
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("77",)
+        assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
+        assert conn.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+    assert rows[0][0] == rex
     assert _index_scans(vector_db, f"memory_embedding_{DIMS}_idx", more_than=before) > before
 
 
