@@ -31,6 +31,7 @@ import chat_ahead  # row (g), bench/chat_ahead.py
 import concurrency  # row (h), bench/concurrency.py
 import psycopg
 import search_quality  # row (i), bench/search_quality.py
+import vectors  # rows (j) and (k), bench/vectors.py
 from psycopg.types.string import TextLoader
 
 from aidb_memory.installer import Package, install
@@ -521,6 +522,9 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     for name in MEMORY_INDEXES:
         conn.execute(f"DROP INDEX aidb_memory.{name}")
+    # search's statistics (memory_lexeme) are counted once after the load, as migration 0018
+    # counts them, rather than by the trigger row by row.
+    conn.execute("ALTER TABLE aidb_memory.memory DISABLE TRIGGER memory_lexemes_counted")
     # Row g (0-based): ACTOR's sentence g / 10 when g is a multiple of 10; otherwise actor
     # 'user-<g mod 10>-<(g / 10) mod groups>', whose 100 rows get sentences that are all different.
     # created_at: 10 s apart, in row order.
@@ -548,6 +552,18 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
             "total": total,
         },
     )
+    conn.execute(
+        """
+        INSERT INTO aidb_memory.memory_lexeme (actor_key, namespace_id, actor_id, lexeme, memories)
+        SELECT m.actor_key, m.namespace_id, m.actor_id, l.lexeme, count(*)
+        FROM aidb_memory.memory m
+        CROSS JOIN LATERAL unnest(array_append(tsvector_to_array(m.lexemes), '')) AS l(lexeme)
+        WHERE m.valid_to IS NULL AND m.namespace_id = %s
+        GROUP BY 1, 2, 3, 4
+        """,
+        (ns_id,),
+    )
+    conn.execute("ALTER TABLE aidb_memory.memory ENABLE TRIGGER memory_lexemes_counted")
     inserted = time.perf_counter() - t0
     t1 = time.perf_counter()
     conn.execute("SET maintenance_work_mem = '256MB'")
@@ -1264,13 +1280,14 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "e", "i", "worst-search", "first-call", "g", "h"),
+        choices=("all", "e", "i", "worst-search", "first-call", "g", "h", "j"),
         default="all",
         help="e: only (e), search against plain full text, then (i) on its memories; i: only "
         "(i), search quality on misspelled queries, on (e)'s memories; worst-search: only "
         "(e2), the worst single search of a 100,000-char query, on (e)'s memories (no peer "
         "needed); first-call: only (f), the first call on new connections; g: only (g), "
-        "compaction ahead of reads; h: only (h), concurrent chat turns",
+        "compaction ahead of reads; h: only (h), concurrent chat turns; j: only (j) and (k), "
+        "vector search with pgvector over 100,000 of 1,000,000 memories",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -1307,6 +1324,8 @@ def main() -> int:
         return main_g(args)
     if args.only == "h":
         return main_h(args)
+    if args.only == "j":
+        return main_j(args)
     if args.only == "e":
         return main_e(args)
     if args.only == "i":
@@ -1471,6 +1490,9 @@ def main() -> int:
             say("bench: (i) search quality, 30 misspelled queries")
             quality = search_quality.run(dsn, NS, ACTOR, say)
             chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
+            # (j) and (k) last, in a database of their own: their 1,000,000 vectors and the
+            # HNSW index (~4 GB) would push everything else out of the caches.
+            vector_rows = vectors.run(server.dsn, say)
         finally:
             for c in conns:
                 c.close()
@@ -1495,12 +1517,15 @@ def main() -> int:
     report_first_calls(first)
     print()
     chat_ahead.report(chat)
+    print()
+    vectors.report(vector_rows)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["search_quality"] = quality
     result["first_calls"] = first
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
+    result["vectors"] = vector_rows
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"
@@ -1734,6 +1759,27 @@ def main_h(args: argparse.Namespace) -> int:
         return {"machine": machine, "concurrent": found}
 
     return run_alone(args, "h", work, lambda r: concurrency.report(r["concurrent"]))
+
+
+def main_j(args: argparse.Namespace) -> int:
+    """``--only j``: (j) and (k) alone, on a server of their own, whose shared_buffers hold the
+    table and the index (vectors.SHARED_BUFFERS: PostgreSQL's default 128 MB would measure reads
+    from the OS's cache, not the search)."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}") as server:
+        found = vectors.run(server.dsn, say)
+    say("bench: server stopped and removed")
+    print()
+    vectors.report(found)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-j.json"
+        result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
+        path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
 
 
 def main_g(args: argparse.Namespace) -> int:

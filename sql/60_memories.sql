@@ -12,7 +12,8 @@ CREATE OR REPLACE FUNCTION aidb_memory.search(
     query text,
     "limit" integer DEFAULT 10,
     session_id text DEFAULT NULL,
-    agent_id text DEFAULT NULL
+    agent_id text DEFAULT NULL,
+    query_embedding double precision[] DEFAULT NULL
 )
 -- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
 -- have an argument and a result column of one name; migrations/0009_result_types.sql.
@@ -25,14 +26,16 @@ SET debug_print_plan = off
 SET pg_trgm.similarity_threshold = 0.3
 SET plan_cache_mode = force_generic_plan
 AS $py$ memories.search $py$;
-COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text) IS
+COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, double precision[]) IS
 'The actor''s current memories that best match query, best first: BM25 over the stemmed words '
 'of the namespace''s text search configuration (config.text_search_config), a misspelled word '
 'standing for the actor''s words nearest it (one edit away, else by trigram similarity), times '
 'the share of the query''s words a memory holds; with an embedding model whose vectors the '
 'memories have, 0.7 of that and 0.3 of the cosine similarity. score is in [0, 1] (about 1: '
 'every word of the query, once). Never superseded, deleted or another actor''s memories. '
-'session_id and agent_id filter; limit 1..100. Errors: 22004, 22023 empty query or bad limit, '
+'session_id and agent_id filter; limit 1..100. query_embedding: the query''s vector by the '
+'namespace''s embedding model, when the application has it (no embedding call is made). '
+'Errors: 22004, 22023 empty query, bad limit or a query_embedding of another dimension, '
 '42704, 42501, 55000 memories embedded with another model than the namespace''s.';
 
 -- A direct write (issue 26): one memory now, in the caller's transaction, without a model.

@@ -28,6 +28,13 @@ from fake_openai import FakeOpenAI, serve
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = "aidb_template"
+# The same, installed with embeddings kept as real[] (install --without-pgvector): the path of a
+# server without pgvector, which the suite runs whether or not this one has it (issue 27).
+REAL_TEMPLATE = "aidb_template_real"
+PGVECTOR_MISSING = (
+    "pgvector is not installed in this PostgreSQL (../shared/pgvector/build.sh builds it): "
+    "the pgvector path is not tested"
+)
 APP_USER = "app_user"
 ADMIN_USER = "admin_user"
 WORKER_USER = "worker_user"
@@ -139,6 +146,57 @@ def _create_database(server: ThrowawayServer, template: str) -> Database:
 def _drop_database(db: Database) -> None:
     with psycopg.connect(db.server.dsn(), autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {db.name} WITH (FORCE)")
+
+
+def pgvector_available(server: ThrowawayServer) -> bool:
+    """Whether the server can create the vector extension (pgvector)."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.fixture(scope="session")
+def real_template_db(template_db: Database, server_pylib: Path) -> Database:
+    """A template like ``template_db`` whose embeddings stay real[] (install without pgvector),
+    with the same server-side package directory (``deps`` recorded it there)."""
+    server = template_db.server
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {REAL_TEMPLATE}")
+    template = Database(server, REAL_TEMPLATE)
+    with template.connect(autocommit=False) as conn:
+        install(conn, Package.load(), say=lambda _line: None, pgvector=False)
+        conn.commit()
+    template.sql(
+        "INSERT INTO aidb_memory.runtime_settings (key, value) VALUES ('server_pythonpath', %s)",
+        (str(server_pylib.resolve()),),
+    )
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {REAL_TEMPLATE} WITH ALLOW_CONNECTIONS false")
+    return template
+
+
+@pytest.fixture
+def real_db(pg_server: ThrowawayServer, real_template_db: Database) -> Iterator[Database]:
+    """A fresh database with aidb_memory installed and embeddings stored as real[]."""
+    database = _create_database(pg_server, real_template_db.name)
+    try:
+        yield database
+    finally:
+        _drop_database(database)
+
+
+@pytest.fixture(params=["pgvector", "real[]"])
+def vector_db(request: pytest.FixtureRequest, pg_server: ThrowawayServer) -> Iterator[Database]:
+    """A fresh database of each storage of embeddings (issue 27): pgvector (skipped, with the
+    reason, where the server does not have it) and real[]."""
+    if request.param == "pgvector":
+        if not pgvector_available(pg_server):
+            pytest.skip(PGVECTOR_MISSING)
+        yield request.getfixturevalue("db")
+    else:
+        yield request.getfixturevalue("real_db")
 
 
 @pytest.fixture

@@ -66,3 +66,21 @@ def trgm_sql(template: str, function: str) -> str:
         built = qualify(template, trgm_schema(function))
         _built[template] = built
     return built
+
+
+# pgvector (issue 27): the same rule as for pg_trgm. Its schema is the schema of the type of
+# memory.embedding (install converted the column there, vectors.storage reads it on every search),
+# written ``"@vector@"`` in statements: ``"@vector@".vector_dims(e)``,
+# ``a OPERATOR("@vector@".<=>) b``.
+VECTOR_PLACEHOLDER = '"@vector@"'
+_vector_built: dict[tuple[str, str], str] = {}
+
+
+def vector_sql(template: str, schema: str) -> str:
+    """``template`` with every ``"@vector@"`` replaced by ``schema`` quoted as an identifier
+    (built once per connection and schema)."""
+    built = _vector_built.get((template, schema))
+    if built is None:
+        built = template.replace(VECTOR_PLACEHOLDER, quote_ident(schema))
+        _vector_built[(template, schema)] = built
+    return built

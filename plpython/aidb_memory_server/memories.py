@@ -404,8 +404,10 @@ def search(
     limit: int | None,
     session_id: str | None,
     agent_id: str | None,
+    query_embedding: list[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """The actor's current memories that best match ``query``, best first, score in [0, 1]."""
+    """The actor's current memories that best match ``query``, best first, score in [0, 1].
+    ``query_embedding``: the query's vector, when the application has it (no embedding call)."""
     fn = "search"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     sid, agent = filters(fn, ns, session_id, agent_id)
@@ -417,7 +419,7 @@ def search(
     key = keys.actor_key(ns.name, actor)
     text_search = "pg_catalog." + ns.config["text_search_config"]
     tree = _bounded_query(fn, ns, actor, key, query, text_search)
-    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
+    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query, query_embedding)
     stems = {w: s.split() for w, s in zip(tree["words"], tree["stems"], strict=True)}
     near = _near_stems(ns.id, actor, key, list(tree["unknown"]), text_search)
     terms = ranking.plan(tree["q"], stems, near)

@@ -55,6 +55,12 @@ def _package(args: argparse.Namespace) -> Any:
     return Package.load(tree)
 
 
+WITHOUT_PGVECTOR = (
+    "keep embeddings as real[] even where the vector extension (pgvector) is available "
+    "(docs/operations.md); a database already moved to pgvector stays there"
+)
+
+
 def cmd_install(args: argparse.Namespace) -> int:
     from aidb_memory.installer import install
 
@@ -67,6 +73,7 @@ def cmd_install(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             accept_existing_roles=args.accept_existing_roles,
             citus=args.citus,
+            pgvector=not args.without_pgvector,
         )
     return 0
 
@@ -105,7 +112,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from aidb_memory.script import render
 
-    steps = _package(args).steps(accept_existing_roles=args.accept_existing_roles)
+    steps = _package(args).steps(
+        accept_existing_roles=args.accept_existing_roles, pgvector=not args.without_pgvector
+    )
     sys.stdout.write(render(steps))
     return 0
 
@@ -335,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then distribute the tables over Citus (on its coordinator; docs/scaling.md)",
     )
+    p.add_argument("--without-pgvector", action="store_true", help=WITHOUT_PGVECTOR)
     p.set_defaults(func=cmd_install)
     p = sub.add_parser("status", parents=[common], help="installed version, migrations, drift")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -342,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sql", parents=[common, accept], help="the install/upgrade script, for psql -f"
     )
+    p.add_argument("--without-pgvector", action="store_true", help=WITHOUT_PGVECTOR)
     p.set_defaults(func=cmd_sql)
     p = sub.add_parser(
         "verify", parents=[common], help="exit 1 if the database drifted from this package"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql as pgsql
 
 from aidb_memory import trust
 from aidb_memory.connection import (
@@ -173,6 +174,81 @@ def check_models(conn: Connection) -> list[Check]:
     return checks
 
 
+# What search's vector signal can do on each storage (issue 27; docs/operations.md, "Vectors").
+_WINDOW = "search compares an actor's newest 1,000 memories with the query's vector, no older one"
+_PGVECTOR = "every memory is reachable by meaning, compared in the database's C code"
+
+
+def check_vectors(conn: Connection) -> list[Check]:
+    """Which storage of embeddings is in use (pgvector's vector or real[]), what the other would
+    change, and, with pgvector, the stored dimensions that have no HNSW index."""
+    from aidb_memory.script import HNSW_MAX_DIMENSIONS, VECTOR_INDEX
+
+    row = conn.execute(
+        "SELECT t.typname::text, n.nspname::text FROM pg_catalog.pg_attribute a "
+        "JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid "
+        "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace "
+        "WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('aidb_memory.memory') "
+        "AND a.attname OPERATOR(pg_catalog.=) 'embedding'"
+    ).fetchone()
+    if row is None:
+        return []
+    ext = conn.execute(
+        "SELECT default_version, installed_version FROM pg_catalog.pg_available_extensions "
+        "WHERE name OPERATOR(pg_catalog.=) 'vector'"
+    ).fetchone()
+    if row[0] != "vector":
+        if ext is None:
+            detail = (
+                f"real[] (pgvector is not installed in this server): {_WINDOW}; with pgvector "
+                "installed, `aidb-memory install` moves the embeddings to it, and then "
+                f"{_PGVECTOR}"
+            )
+        else:
+            detail = (
+                f"real[] (installed --without-pgvector): {_WINDOW}; pgvector {ext[0]} is "
+                f"available: `aidb-memory install` moves the embeddings to it, and then {_PGVECTOR}"
+            )
+        return [Check("vectors", True, detail)]
+    schema = pgsql.Identifier(row[1])
+    stored = conn.execute(
+        pgsql.SQL(
+            "SELECT coalesce(pg_catalog.array_agg(DISTINCT {}.vector_dims(embedding)), '{{}}') "
+            "FROM aidb_memory.memory WHERE embedding IS NOT NULL AND valid_to IS NULL"
+        ).format(schema)
+    ).fetchone()
+    dims = sorted(stored[0]) if stored else []
+    indexed = [
+        d
+        for d in dims
+        if conn.execute(
+            "SELECT pg_catalog.to_regclass(%s) IS NOT NULL", (f"aidb_memory.{VECTOR_INDEX % d}",)
+        ).fetchone()
+        == (True,)
+    ]
+    version = ext[1] if ext else "?"
+    detail = (
+        f"pgvector {version} (schema {row[1]}): embeddings are vector values; {_PGVECTOR} (an "
+        "actor's exactly up to 5,000 of a dimension, through the dimension's HNSW index above); "
+        f"HNSW indexes: {', '.join(f'{d} dimensions' for d in indexed) or 'none'}; without "
+        f"pgvector, {_WINDOW}"
+    )
+    missing = [d for d in dims if d not in indexed and d <= HNSW_MAX_DIMENSIONS]
+    if missing:
+        return [
+            Check(
+                "vectors",
+                False,
+                detail + f"; vectors of {', '.join(map(str, missing))} dimensions have no HNSW "
+                "index: a large actor's are scanned exactly, slower",
+                "aidb-memory install creates the HNSW index of every stored dimension (set "
+                "maintenance_work_mem to the index's size first on a large table)",
+                failure="partial",
+            )
+        ]
+    return [Check("vectors", True, detail)]
+
+
 def check_trust(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]:
     """The schema and roles install would refuse (:mod:`aidb_memory.trust`, the same queries
     as the install script). Read from the catalog only, so any role may run them."""
@@ -296,5 +372,6 @@ def run(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]
                 else "`aidb-memory verify` lists the drift; `aidb-memory install` repairs it",
             )
         )
+        checks += check_vectors(conn)
         checks += check_models(conn)
     return checks

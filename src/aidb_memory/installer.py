@@ -42,8 +42,13 @@ class Package:
         tree = tree or default_tree()
         return cls(load_migrations(tree.migrations_dir), load_bundle(tree))
 
-    def steps(self, *, accept_existing_roles: bool = False) -> list[Step]:
-        return build(self.migrations, self.bundle, accept_existing_roles=accept_existing_roles)
+    def steps(self, *, accept_existing_roles: bool = False, pgvector: bool = True) -> list[Step]:
+        return build(
+            self.migrations,
+            self.bundle,
+            accept_existing_roles=accept_existing_roles,
+            pgvector=pgvector,
+        )
 
 
 @dataclass
@@ -253,6 +258,7 @@ def install(
     dry_run: bool = False,
     accept_existing_roles: bool = False,
     citus: bool = False,
+    pgvector: bool = True,
 ) -> None:
     """Install or upgrade in one transaction; ``say`` receives one line per thing done.
 
@@ -260,7 +266,9 @@ def install(
     :mod:`aidb_memory.trust` does not trust; the roles are only warned about with
     ``accept_existing_roles``. With ``citus``, a database without the citus extension is refused
     before anything is done, and after the install every table not distributed yet is
-    distributed (:func:`aidb_memory.citus.distribute`, in a transaction of its own)."""
+    distributed (:func:`aidb_memory.citus.distribute`, in a transaction of its own). Without
+    ``pgvector``, embeddings stay real[] even where pgvector is available (script.vector_step);
+    a database that moved to pgvector stays there."""
     _require_no_transaction(conn, "install")
     pin_search_path(conn)
     preflight(conn)
@@ -286,7 +294,8 @@ def install(
         with conn.transaction():
             # The script's first step pins the search_path (a SET: a query here would take the
             # snapshot before the script's SET TRANSACTION ISOLATION LEVEL).
-            for step in package.steps(accept_existing_roles=accept_existing_roles):
+            steps = package.steps(accept_existing_roles=accept_existing_roles, pgvector=pgvector)
+            for step in steps:
                 try:
                     conn.execute(step.sql.encode())
                 except psycopg.Error as e:
@@ -361,7 +370,7 @@ def uninstall(conn: Connection, *, say: Callable[[str], None]) -> None:
         created_plpython = state.settings.get("created_plpython3u") == "true"
         created_extensions = [
             name
-            for name in ("btree_gin", "pg_trgm")
+            for name in ("btree_gin", "pg_trgm", "vector")
             if state.settings.get(f"created_{name}") == "true"
         ]
         schema = conn.execute(

@@ -334,6 +334,103 @@ END IF;"""
     )
 
 
+# pgvector (issue 27): the HNSW index install gives a dimension has this name; the server's
+# vectors.index_name and its statement repeat the expression and the predicate.
+VECTOR_INDEX = "memory_embedding_%s_idx"
+# pgvector indexes vector of at most this many dimensions with HNSW.
+HNSW_MAX_DIMENSIONS = 2000
+# The HNSW graph: twice pgvector's defaults (16, 64). With the defaults, bench (j)'s memories
+# (groups of near neighbours, as the same fact about many actors would be) left some groups
+# unreachable from the rest of the graph: recall@10 0.93, one query 0.0. With these, 1.0, for an
+# index build about 3 times as long.
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 128
+
+
+def vector_step() -> Step:
+    """Where pgvector is available (or created), embeddings are pgvector values (issue 27).
+
+    On every install, so that installing pgvector after aidb_memory and running install again
+    moves to it: the extension is created in pg_catalog when absent (recorded, so that
+    uninstall drops it again if nothing else uses it), refused when a function of it is not a
+    superuser's (as pg_trgm and btree_gin, migrations/0005); memory.embedding becomes a
+    ``vector`` without a dimension (one column, models of any dimension; the stored real[]
+    vectors are converted, a rewrite of the table); and each dimension of the current stored
+    vectors (up to HNSW_MAX_DIMENSIONS) gets its HNSW index, partial on the dimension (an HNSW
+    index needs a fixed one), with the cosine distance. A dimension that appears later has no
+    index until install runs again: its search scans the actor's vectors exactly (doctor says
+    so). Without pgvector nothing changes: real[] and the window of docs/reference.md."""
+    index = VECTOR_INDEX.replace("%s", "%1$s")  # pg_catalog.format's first argument: dims
+    created = _notice(
+        f"created the HNSW index {SCHEMA}.{VECTOR_INDEX.replace('%s', '%')} of vectors of "
+        "% dimensions",
+        "dims",
+        "dims",
+    )
+    body = f"""IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'vector')
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 'vector') THEN
+    RETURN;
+END IF;
+SELECT n.nspname INTO placed
+FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+WHERE e.extname = 'vector';
+IF placed IS NULL THEN
+    CREATE EXTENSION vector WITH SCHEMA pg_catalog;
+    INSERT INTO {SCHEMA}.runtime_settings (key, value) VALUES ('created_vector', 'true')
+    ON CONFLICT (key) DO NOTHING;
+    placed := 'pg_catalog';
+    {_notice("created extension vector (pgvector) in schema pg_catalog")}
+END IF;
+SELECT r.rolname INTO foreign_owner
+FROM pg_catalog.pg_depend d
+JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+  AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+  AND d.deptype = 'e' AND e.extname = 'vector' AND NOT r.rolsuper
+LIMIT 1;
+IF foreign_owner IS NOT NULL THEN
+    RAISE EXCEPTION 'aidb_memory: install refused: a function of extension vector is owned by '
+        'role %, not a superuser', foreign_owner
+        USING ERRCODE = '42501',
+              HINT = 'a superuser runs DROP EXTENSION vector and install creates it again (or '
+                     'recreates it himself)';
+END IF;
+IF (SELECT a.atttypid FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = '{SCHEMA}.memory'::pg_catalog.regclass AND a.attname = 'embedding')
+   = 'real[]'::pg_catalog.regtype THEN
+    EXECUTE pg_catalog.format(
+        'ALTER TABLE {SCHEMA}.memory ALTER COLUMN embedding TYPE %1$I.vector '
+        'USING embedding::%1$I.vector', placed);
+    {_notice("embeddings are stored as pgvector values now (memory.embedding: vector)")}
+END IF;
+-- Read first, then indexed: CREATE INDEX refuses a table that an open loop still reads.
+EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(DISTINCT %1$I.vector_dims(embedding)) FROM {SCHEMA}.memory '
+    'WHERE embedding IS NOT NULL AND valid_to IS NULL', placed) INTO stored;
+FOREACH dims IN ARRAY coalesce(stored, '{{}}')
+LOOP
+    IF dims <= {HNSW_MAX_DIMENSIONS} AND pg_catalog.to_regclass(
+           pg_catalog.format('{SCHEMA}.{index}', dims)) IS NULL THEN
+        EXECUTE pg_catalog.format(
+            'CREATE INDEX {index} ON {SCHEMA}.memory USING hnsw '
+            '((embedding::%2$I.vector(%1$s)) %2$I.vector_cosine_ops) '
+            'WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) '
+            'WHERE valid_to IS NULL AND %2$I.vector_dims(embedding) = %1$s', dims, placed);
+        {created}
+    END IF;
+END LOOP;"""
+    return Step(
+        "pgvector",
+        do_block(
+            body,
+            declare="    placed text;\n    foreign_owner text;\n    stored integer[];\n"
+            "    dims integer;",
+        ),
+    )
+
+
 def schema_record_step() -> Step:
     """After everything: record what migrations made, for the next install's check and verify."""
     return Step(
@@ -462,9 +559,14 @@ END IF;"""
 
 
 def build(
-    migrations: list[Migration], bundle: CodeBundle, *, accept_existing_roles: bool = False
+    migrations: list[Migration],
+    bundle: CodeBundle,
+    *,
+    accept_existing_roles: bool = False,
+    pgvector: bool = True,
 ) -> list[Step]:
-    """The whole install/upgrade script, without the transaction statements."""
+    """The whole install/upgrade script, without the transaction statements. ``pgvector``:
+    whether embeddings move to pgvector where it is available (:func:`vector_step`)."""
     from aidb_memory import trust  # trust builds its steps from this module's helpers
 
     head = preamble()
@@ -478,6 +580,7 @@ def build(
         + head[at + 1 :]
         + [schema_check_step()]
         + migration_steps(migrations)
+        + ([vector_step()] if pgvector else [])
         + code_steps(bundle)
         + [schema_record_step()]
         + trust.final_steps(accept_existing_roles=accept_existing_roles)

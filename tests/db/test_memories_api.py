@@ -773,7 +773,7 @@ def test_application_roles_cannot_drop_namespaces_or_read_memories(db: Database)
             _fails(db, f"SELECT count(*) FROM aidb_memory.{table}", None, "42501", user=user)
     assert db.value("SELECT count(*) FROM aidb_memory.namespace WHERE name = %s", (NS,)) == 1
     for signature in (
-        "search(text, text, text, integer, text, text)",
+        "search(text, text, text, integer, text, text, double precision[])",
         "list_memories(text, text, text, text, integer, boolean)",
         "delete(text, text, jsonb, text, text, text)",
         "forget(text, text, text)",

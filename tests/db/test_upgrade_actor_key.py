@@ -73,10 +73,12 @@ def release_before(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def install_tree(db: Database, source: Path | None) -> None:
-    """Install ``source`` (None: this checkout) into ``db`` with this package's installer."""
+    """Install ``source`` (None: this checkout) into ``db`` with this package's installer (an
+    older release's server code knows real[] embeddings only: this installer keeps them real[]
+    for it)."""
     package = Package.load(SourceTree(source) if source else None)
     with db.connect(autocommit=False) as conn:
-        install(conn, package, say=lambda _line: None)
+        install(conn, package, say=lambda _line: None, pgvector=source is None)
         conn.commit()
 
 

@@ -226,7 +226,7 @@ def test_with_an_embedding_model_the_pieces_get_vectors(db: Database, fake: Fake
     assert fake.calls() == [], "no chat completion"
     (request,) = fake.calls("/embeddings")
     assert request.body["input"] == ["I keep bees in my garden."]
-    assert db.sql("SELECT embedding, embedding_model FROM aidb_memory.memory") == [
+    assert db.sql("SELECT embedding::real[], embedding_model FROM aidb_memory.memory") == [
         ([1.0, 0.0, 0.0], "embed")
     ]
     # A failed embedding fails the attempt: nothing stored, retried.

@@ -315,7 +315,7 @@ def test_with_an_embedding_model_new_memories_are_embedded_and_found_by_meaning(
         Reply(embedding=[0.9, 0.1, 0.0]),  # the query below: near it in meaning only
     )
     assert _work(db) == (1, 0, 0)
-    assert db.sql("SELECT embedding, embedding_model FROM aidb_memory.memory") == [
+    assert db.sql("SELECT embedding::real[], embedding_model FROM aidb_memory.memory") == [
         ([1.0, 0.0, 0.0], "embed")
     ]
     rows = db.sql(

@@ -15,7 +15,7 @@ from aidb_memory.connection import CliError
 REPO = Path(__file__).resolve().parents[2]
 SCALING = REPO / "docs" / "scaling.md"
 
-# The foreign keys between the tables (migrations 0001-0015): referencing -> referenced.
+# The foreign keys between the tables (migrations 0001-0018): referencing -> referenced.
 FOREIGN_KEYS = {
     "turn": {"session", "event"},
     "summary": {"session"},
@@ -24,6 +24,7 @@ FOREIGN_KEYS = {
     "session": {"namespace"},
     "event": {"namespace"},
     "memory_word": {"namespace"},
+    "memory_lexeme": {"namespace"},
     "actor_lock": {"namespace"},
     "model_usage": {"namespace"},
 }
@@ -32,7 +33,7 @@ FOREIGN_KEYS = {
 def test_every_table_is_distributed_once_in_the_expected_way() -> None:
     statements = citus.statements()
     tables = [s.table for s in statements]
-    assert len(tables) == len(set(tables)) == 21
+    assert len(tables) == len(set(tables)) == 22
     kinds = {s.table: s.kind for s in statements}
     assert {t for t, k in kinds.items() if k == "reference"} == {
         "namespace",
@@ -52,6 +53,7 @@ def test_every_table_is_distributed_once_in_the_expected_way() -> None:
         "event",
         "memory",
         "memory_word",
+        "memory_lexeme",
         "memory_history",
         "actor_lock",
         "compaction_lock",

@@ -251,10 +251,13 @@ class AsyncMemory:
         limit: int | None = None,
         session_id: str | None = None,
         agent_id: str | None = None,
+        query_embedding: Sequence[float] | None = None,
     ) -> list[SearchHit]:
-        """The actor's current memories that best match ``query``, best first."""
+        """The actor's current memories that best match ``query``, best first.
+        ``query_embedding``: the query's vector by the namespace's embedding model, when the
+        application has it (no embedding call is made)."""
         return await self._run(
-            calls.search(namespace, actor_id, query, limit, session_id, agent_id)
+            calls.search(namespace, actor_id, query, limit, session_id, agent_id, query_embedding)
         )
 
     async def remember(

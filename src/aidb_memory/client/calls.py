@@ -307,7 +307,9 @@ def search(
     limit: int | None,
     session_id: str | None,
     agent_id: str | None,
+    query_embedding: Sequence[float] | None = None,
 ) -> Call[list[SearchHit]]:
+    vector = None if query_embedding is None else [float(x) for x in query_embedding]
     return _call(
         "search",
         ("id", "content", "score", "agent_id", "session_id", "created_at"),
@@ -318,6 +320,7 @@ def search(
             ("limit", "integer", limit, False),
             ("session_id", "text", session_id, False),
             ("agent_id", "text", agent_id, False),
+            ("query_embedding", "double precision[]", vector, False),
         ],
         _hits,
     )
