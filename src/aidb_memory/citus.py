@@ -596,25 +596,30 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
             say(f"citus: {len(steps.add)} foreign keys added again (Citus checked each)")
         # What verify compares with, as the install recorded it, now with what Citus added
         # (an internal trigger per table): the install just checked that nothing else changed.
-        for line in record():
-            conn.execute(line.encode())
+        record(conn)
     return steps.sql()
 
 
-def record() -> list[str]:
+def record(conn: Connection) -> None:
     """Re-record the catalog the install recorded (``catalog_code``, ``catalog_schema``,
-    ``catalog_fingerprint``), so that ``verify`` compares with the distributed tables."""
-    settings = f"{SCHEMA}.runtime_settings"
-    out = [
-        f"UPDATE {settings} SET value = ({catalog.lines_query(part)}), updated_at = now() "
-        f"WHERE key OPERATOR(pg_catalog.=) '{key}'"
-        for part, key in ((catalog.CODE, "catalog_code"), (catalog.SCHEMA_PART, "catalog_schema"))
-    ]
-    out.append(
-        f"UPDATE {settings} SET value = {SCHEMA}.catalog_fingerprint(), updated_at = now() "
-        "WHERE key OPERATOR(pg_catalog.=) 'catalog_fingerprint'"
-    )
-    return out
+    ``catalog_fingerprint``), so that ``verify`` compares with the distributed tables.
+
+    The values are read first and written as parameters: ``runtime_settings`` is a reference
+    table by now, and Citus plans a write to it on its own, refusing a subquery over the system
+    catalog in it (``relation pg_proc is not distributed``)."""
+    queries = {
+        "catalog_code": catalog.lines_query(catalog.CODE),
+        "catalog_schema": catalog.lines_query(catalog.SCHEMA_PART),
+        "catalog_fingerprint": f"SELECT {SCHEMA}.catalog_fingerprint()",
+    }
+    for key, query in queries.items():
+        row = conn.execute(query.encode()).fetchone()
+        assert row is not None
+        conn.execute(
+            f"UPDATE {SCHEMA}.runtime_settings SET value = %s, updated_at = pg_catalog.now() "
+            "WHERE key OPERATOR(pg_catalog.=) %s",
+            (row[0], key),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
