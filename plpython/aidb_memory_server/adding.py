@@ -45,33 +45,51 @@ WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND idempotency_key
 _NS_VERSION = "n.xmin::text AS ns_xmin, n.ctid::text AS ns_ctid"
 # The general path's first statement: the namespace, the session row locked (positions are
 # allocated under this lock, so they are gap-free), and an earlier event with this key. $5 is
-# the actor's key.
+# the actor's key. Without an idempotency key the event is not joined at all (_UNKEYED): a join
+# condition that a NULL parameter makes constant-false leaves Citus no shard of that table to
+# route to, and it plans the whole statement over every shard (docs/scaling.md).
+_REPLAY_COLUMNS = "r.public_id::text AS replay_id, r.turns_hash AS replay_hash"
+
+
+def _replay_join(key: str, actor_key: str) -> str:
+    return f"""
+LEFT JOIN aidb_memory.event r
+       ON r.actor_key = {actor_key} AND r.namespace_id = n.id AND r.actor_id = $2
+      AND r.idempotency_key = {key}"""
+
+
 _LOCK_FOR_ADD = f"""
 SELECT {NS_COLUMNS}, {_NS_VERSION},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
        s.pinned_seq, l.ahead_at, l.read_budget,
-       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
+       {_REPLAY_COLUMNS}
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
 -- Where a compaction task becomes due (compactor._remember); read, never locked.
-LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id
-LEFT JOIN aidb_memory.event r
-       ON $4::text IS NOT NULL AND r.actor_key = $5 AND r.namespace_id = n.id AND r.actor_id = $2
-      AND r.idempotency_key = $4
+LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id\
+{_replay_join("$4", "$5")}
 WHERE n.name = $1
   AND s.actor_key = $5 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
 _NAMESPACE_AND_KEY = f"""
 SELECT {NS_COLUMNS}, {_NS_VERSION},
-       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
-FROM aidb_memory.namespace n
-LEFT JOIN aidb_memory.event r
-       ON $3::text IS NOT NULL AND r.actor_key = $4 AND r.namespace_id = n.id AND r.actor_id = $2
-      AND r.idempotency_key = $3
+       {_REPLAY_COLUMNS}
+FROM aidb_memory.namespace n\
+{_replay_join("$3", "$4")}
 WHERE n.name = $1
 """
+# The same statements for a call without an idempotency key.
+_UNKEYED = {
+    sql: sql.replace(_REPLAY_COLUMNS, "NULL::text AS replay_id, NULL::text AS replay_hash").replace(
+        join, ""
+    )
+    for sql, join in (
+        (_LOCK_FOR_ADD, _replay_join("$4", "$5")),
+        (_NAMESPACE_AND_KEY, _replay_join("$3", "$4")),
+    )
+}
 # The second statement: the event, the turns, the session's counters and tail. With an
 # idempotency key the event insert may meet a concurrent twin (committed after our snapshot);
 # then nothing else is written and no row comes back. $33 is the actor's key.
@@ -412,14 +430,14 @@ def _first(
     if session_id is None:
         return one(
             db.execute(
-                _NAMESPACE_AND_KEY,
+                _NAMESPACE_AND_KEY if idempotency_key is not None else _UNKEYED[_NAMESPACE_AND_KEY],
                 ("text", "text", "text", "bigint"),
                 (namespace_name, actor_id, idempotency_key, actor_key),
             )
         )
     return one(
         db.execute(
-            _LOCK_FOR_ADD,
+            _LOCK_FOR_ADD if idempotency_key is not None else _UNKEYED[_LOCK_FOR_ADD],
             ("text", "text", "text", "text", "bigint"),
             (namespace_name, actor_id, session_id, idempotency_key, actor_key),
         )

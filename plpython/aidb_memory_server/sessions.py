@@ -504,11 +504,12 @@ WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND session_id = $3
 FOR NO KEY UPDATE
 """
 _LOCK_SESSION_TYPES = ("bigint", "text", "text", "bigint")
-# The handoff is built from stored facts only (no model call), so it is deterministic.
-_CLOSE = """
-UPDATE aidb_memory.session s
-SET closed_at = now(), updated_at = now(),
-    handoff = jsonb_build_object(
+# The handoff is built from stored facts only (no model call), so it is deterministic. It is
+# read first and then written as a parameter: Citus takes no STABLE function called with column
+# references (jsonb_build_object of the session's columns) in an UPDATE of a distributed table,
+# nor one (to_json) in its RETURNING. now() is the transaction's time in both statements.
+_HANDOFF = """
+SELECT jsonb_build_object(
         'notes', $2::text,
         'session_id', s.session_id,
         'agent_id', s.agent_id,
@@ -517,15 +518,19 @@ SET closed_at = now(), updated_at = now(),
         'turn_count', s.next_seq - 1,
         'last_user_prompt',
             (SELECT t.content FROM aidb_memory.turn t
-             WHERE t.actor_key = s.actor_key AND t.session_ref = s.id
-               AND t.seq = s.last_user_seq),
+             WHERE t.actor_key = $3 AND t.session_ref = s.id AND t.seq = s.last_user_seq),
         'summary',
             (SELECT jsonb_build_object('content', m.content, 'from_seq', m.from_seq,
                                        'to_seq', m.to_seq, 'model', m.model)
-             FROM aidb_memory.summary m WHERE m.actor_key = s.actor_key AND m.session_ref = s.id
-             ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))
+             FROM aidb_memory.summary m WHERE m.actor_key = $3 AND m.session_ref = s.id
+             ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))::text AS handoff,
+       to_json(now()) #>> '{}' AS closed_at
+FROM aidb_memory.session s
 WHERE s.actor_key = $3 AND s.id = $1
-RETURNING handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
+"""
+_CLOSE = """
+UPDATE aidb_memory.session SET closed_at = now(), updated_at = now(), handoff = $2::jsonb
+WHERE actor_key = $3 AND id = $1
 """
 _STORED_HANDOFF = """
 SELECT handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
@@ -549,14 +554,21 @@ def session_end(
     ref = rows[0]["id"]
     if rows[0]["closed"]:
         return [dict(db.execute(_STORED_HANDOFF, ("bigint", "bigint"), (ref, key))[0])]
-    return [dict(db.execute(_CLOSE, ("bigint", "text", "bigint"), (ref, notes, key))[0])]
+    closed = dict(db.execute(_HANDOFF, ("bigint", "text", "bigint"), (ref, notes, key))[0])
+    db.execute(_CLOSE, ("bigint", "text", "bigint"), (ref, closed["handoff"], key))
+    return [closed]
 
 
 # --- session_pop -------------------------------------------------------------------------------
 
+# The item is built outside the DELETE: Citus takes no STABLE function (jsonb_build_object) in
+# the RETURNING of a write to a distributed table.
 _POP = f"""
-DELETE FROM aidb_memory.turn t WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
-RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
+WITH t AS (
+    DELETE FROM aidb_memory.turn t WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
+    RETURNING t.*
+)
+SELECT t.chars, t.role, ({_TURN_ITEM})::text AS item FROM t
 """
 # The session's compaction lock row (migration 0007_locks). Taken before the session row: the
 # compaction holding it needs that row (FOR KEY SHARE, for its summary's foreign key), so the other
@@ -594,11 +606,12 @@ _DROP_COVERING = """
 DELETE FROM aidb_memory.summary WHERE actor_key = $3 AND session_ref = $1 AND to_seq >= $2
 """
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
-# without its own carries that of the turn before it.
+# without its own carries that of the turn before it. The subquery filters on the key itself
+# ($3), not on t's: Citus routes a correlated key to every shard.
 _TAIL_TURN = """
 SELECT t.round_start,
        (SELECT e.meta->>'sequence_id' FROM aidb_memory.turn e
-        WHERE e.actor_key = t.actor_key AND e.session_ref = $1 AND e.seq <= $2
+        WHERE e.actor_key = $3 AND e.session_ref = $1 AND e.seq <= $2
           AND (e.role <> 'tool' OR e.meta->>'sequence_id' IS NOT NULL)
         ORDER BY e.seq DESC LIMIT 1) AS sequence_id
 FROM aidb_memory.turn t
