@@ -1,9 +1,9 @@
 """The installed schema against the rules Citus sets for distributed and reference tables
 (docs/scaling.md, "The rules it follows"; issue 15).
 
-This machine cannot run Citus, so these catalog checks are the proof that ``install --citus``
-(aidb_memory.citus) can distribute the schema: each rule is checked on the installed schema, and
-each check is shown to fail on a table or constraint built to break it (in a transaction that is
+These catalog checks hold the schema to Citus's rules without a cluster
+(tests/db/test_citus_cluster.py runs ``install --citus`` and the API on a real one): each rule is
+checked on the installed schema, and each check is shown to fail on a table or constraint built to break it (in a transaction that is
 rolled back). ``install --citus`` itself runs against a stand-in for Citus's functions and
 catalog (the calls it makes, their order, the foreign keys around them, idempotence), and is
 refused on a database without the citus extension.
