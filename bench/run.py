@@ -527,9 +527,9 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
         f"""
         INSERT INTO aidb_memory.memory
             (actor_key, namespace_id, actor_id, content, content_hash, valid_from, created_at,
-             updated_at)
+             updated_at, lexemes)
         SELECT aidb_memory.actor_key(%(name)s, s.actor), %(ns)s, s.actor, x.c, md5(x.c), s.at,
-               s.at, s.at
+               s.at, s.at, to_tsvector('pg_catalog.english', x.c)
         FROM (SELECT CASE WHEN mod(g, 10) = 0 THEN %(actor)s
                           ELSE 'user-' || mod(g, 10) || '-' || mod(g / 10, %(groups)s) END AS actor,
                      mod(mod(g / 10, %(m)s) * {MEMORY_MULT}, %(m)s) AS j,

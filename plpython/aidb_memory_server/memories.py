@@ -16,7 +16,16 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extensions, fusion, keys, llm, reconciliation, validation
+from aidb_memory_server import (
+    db,
+    extensions,
+    keys,
+    misspellings,
+    ranking,
+    reconciliation,
+    validation,
+    vectors,
+)
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -33,11 +42,6 @@ LIST_DEFAULT = 50
 # Each signal ranks at most this many candidates, so a search costs the same for an actor with
 # a hundred memories or a hundred thousand.
 CANDIDATES = 200
-# Without a vector index (no pgvector here) similarity is computed for the actor's newest
-# current memories with an embedding, up to this many.
-VECTOR_WINDOW = 1000
-# A memory whose cosine similarity to the query is at most this is not a vector candidate.
-MIN_COSINE = 0.0
 DELETE_IDS_MAX = 10_000
 # The longest selector text: DELETE_IDS_MAX quoted UUIDs and their commas, with room to spare.
 SELECTOR_MAX_CHARS = 50 * DELETE_IDS_MAX
@@ -74,188 +78,116 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 
 # --- search ------------------------------------------------------------------------------------
 
-# The actor's newest current memories with an embedding, by model: the vector signal's window,
-# and what tells a change of embedding model.
-_EMBEDDED_MODELS = """
-SELECT w.embedding_model AS model, count(*) AS n
-FROM (
-    SELECT m.embedding_model FROM aidb_memory.memory m
-    WHERE m.actor_key = $4 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
-      AND m.embedding IS NOT NULL
-    ORDER BY m.created_at DESC
-    LIMIT $3
-) w
-GROUP BY w.embedding_model
-"""
-
-# $1 namespace, $2 actor, $3 the query's tsquery (websearch_to_tsquery, computed once by
-# _bounded_query: a generic plan would otherwise parse the query again for every row it ranks; NULL
-# when it has no lexemes), $4 limit, $5 session_id, $6 agent_id, $7 query embedding
-# (NULL: no vector signal), $8 embedding model, $9 signals given (full text, fuzzy, vector),
-# $10 k, $11 candidates per signal, $12 vector window, $13 minimum cosine, $14 the fuzzy tsquery
-# (NULL: no fuzzy signal), $15 the any-word tsquery (NULL: fewer than two words), $16 the most
-# matching memories each text signal scores (config.search_max_ranked): ts_rank_cd costs up to
-# ~0.5 ms a memory for a query of many words, so a query that matches every memory of an actor
-# with 100,000 of them is scored on a bounded sample, not on all of them. The fuzzy and any-word
-# tsqueries are parsed once, in an InitPlan (a scalar subquery), not once per row. $17 the actor's
-# key (keys.actor_key): every scan of memory is one actor's, by it.
-# The text signals find their rows on the GIN index (actor_key, tsv) by the key and the words;
-# the namespace and actor are tested on those rows, written "m.namespace_id + 0" and
+# The search statement. $1 namespace, $2 actor, $3 the actor's key (keys.actor_key: every scan of
+# memory is one actor's, by it), $4 limit, $5 session_id, $6 agent_id; the query's terms
+# (ranking.plan): $7 each lexeme as a one-operand tsquery, $8 the lexemes, $9 their groups, $10
+# how many groups; $11 the whole query as a web search reads it (NULL: no words), $12 what a
+# memory must not match (-word; NULL: nothing); $13 the most memories a count reads
+# (config.search_max_ranked) and $14 the most candidates one lexeme brings; the vector signal's
+# candidates (vectors.candidates; empty arrays without it): $15 ids, $16 cosines; $17 the lexical
+# share of the score (ranking.lexical_weight), $18 and $19 BM25's k1 and b.
+#
+# BM25 needs how many of the actor's current memories there are and how many hold each lexeme:
+# both are counted here, on the indexes, up to $13. An actor with more memories than that ranks a
+# lexeme held by $13 of them or more as a common word (an idf near 0), which it is, and every
+# count costs at most $13 index entries, whatever the actor's size. No statistics table is kept
+# on the write path, so writers of one actor never wait on one another for it.
+# The candidates are the memories holding a lexeme, up to $14 for each: a rare lexeme brings all
+# of its memories, a common one a sample; the vector candidates join them.
+# The memories are found on the GIN index (actor_key, lexemes) by the key and a lexeme; the
+# namespace and actor are tested on those rows, written "m.namespace_id + 0" and
 # "m.actor_id || ''" so that they are no index key: every btree index of memory leads with
 # actor_key too, and with the namespace and actor as keys the generic plan (which counts on an
 # average actor, a few rows, and takes the key and actor for independent) would scan the actor's
-# every current memory on memory_current_hash_idx and test the words on each: ~1 s for an actor
-# with 100,000 memories (bench/README.md, (e)). With the key alone a btree scan costs what an
-# average actor's memories cost, more than the GIN scan once actors have about 10 memories on
-# average (measured: GIN from 10, a btree at 5); below that, a plan made then scans a large actor's
-# memories on a btree until statistics change.
-# Each signal carries created_at, the last tie-breaker, so that only the best $4 memories are
-# fetched again, for what the caller gets.
+# every current memory on a btree and test the lexemes on each: ~1 s for an actor with 100,000
+# memories (bench/README.md, (e)).
+# Each memory's lexical score comes from its own lexemes (tsvector positions: how often each
+# occurs; length: how many distinct lexemes it has), against the average length of the candidates.
+# Only the best $4 are fetched again, with their content.
 _SEARCH = """
-WITH fts AS (
-    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
+WITH counted AS (
+    SELECT count(*)::float8 AS n
     FROM (
-        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, $3) AS rank
+        SELECT 1 FROM aidb_memory.memory m
+        WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+        LIMIT $13
+    ) x
+), terms AS (
+    SELECT t.q, t.lexeme, t.grp, d.df,
+           ln(1 + (greatest(c.n, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM unnest($7::tsquery[], $8::text[], $9::int[]) AS t(q, lexeme, grp)
+    CROSS JOIN counted c
+    CROSS JOIN LATERAL (
+        SELECT count(*)::float8 AS df
         FROM (
-            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
-            WHERE m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-              AND m.valid_to IS NULL
-              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-              AND m.tsv @@ $3
-            LIMIT $16
-        ) m
-        ORDER BY rank DESC, m.id DESC
-        LIMIT $11
+            SELECT 1 FROM aidb_memory.memory m
+            WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+              AND m.valid_to IS NULL AND m.lexemes @@ t.q
+            LIMIT $13
+        ) x
+    ) d
+), found AS (
+    SELECT c.id
+    FROM terms t
+    CROSS JOIN LATERAL (
+        SELECT m.id FROM aidb_memory.memory m
+        WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+          AND m.valid_to IS NULL
+          AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+          AND m.lexemes @@ t.q
+        LIMIT $14
     ) c
-), fuzzy AS (
-    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
-    FROM (
-        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $14))) AS rank
-        FROM (
-            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
-            WHERE $14::text IS NOT NULL
-              AND m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-              AND m.valid_to IS NULL
-              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-              AND m.tsv @@ (SELECT to_tsquery('simple', $14))
-            LIMIT $16
-        ) m
-        ORDER BY rank DESC, m.id DESC
-        LIMIT $11
-    ) c
-), vec AS (
-    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.sim DESC, c.id DESC) AS r
-    FROM (
-        SELECT w.id, w.created_at,
-               (SELECT sum(x * y) / nullif(sqrt(sum(x * x)) * sqrt(sum(y * y)), 0)
-                FROM unnest(w.embedding::float8[], $7::float8[]) AS u(x, y)) AS sim
-        FROM (
-            SELECT m.id, m.created_at, m.embedding, m.session_id, m.agent_id
-            FROM aidb_memory.memory m
-            WHERE $7::real[] IS NOT NULL
-              AND m.actor_key = $17 AND m.namespace_id = $1 AND m.actor_id = $2
-              AND m.valid_to IS NULL
-              AND m.embedding IS NOT NULL AND m.embedding_model = $8
-            ORDER BY m.created_at DESC
-            LIMIT $12
-        ) w
-        WHERE ($5::text IS NULL OR w.session_id = $5) AND ($6::text IS NULL OR w.agent_id = $6)
-        ORDER BY sim DESC NULLS LAST, w.id DESC
-        LIMIT $11
-    ) c
-    WHERE c.sim > $13
-), recall AS (
-    SELECT $15::text IS NOT NULL
-           AND (SELECT count(*) FROM (SELECT id FROM fts UNION SELECT id FROM fuzzy) u) < $4
-           AS needed
-), anyword AS (
-    -- Memories with any of the words (those given, or nearest the misspelled ones): recall for a
-    -- query whose words no memory has all of. Only when the precise signals found too few.
-    SELECT c.id, c.created_at, row_number() OVER (ORDER BY c.rank DESC, c.id DESC) AS r
-    FROM (
-        SELECT m.id, m.created_at, ts_rank_cd(m.tsv, (SELECT to_tsquery('simple', $15))) AS rank
-        FROM (
-            SELECT m.id, m.created_at, m.tsv FROM aidb_memory.memory m
-            WHERE (SELECT needed FROM recall)
-              AND m.actor_key = $17 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-              AND m.valid_to IS NULL
-              AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-              AND m.tsv @@ (SELECT to_tsquery('simple', $15))
-            LIMIT $16
-        ) m
-        ORDER BY rank DESC, m.id DESC
-        LIMIT $11
-    ) c
-), fused AS (
-    SELECT s.id, max(s.created_at) AS created_at, sum(1.0::float8 / ($10 + s.r)) AS total
-    FROM (SELECT * FROM fts UNION ALL SELECT * FROM fuzzy UNION ALL SELECT * FROM vec
-          UNION ALL SELECT * FROM anyword) s
-    GROUP BY s.id
+    UNION
+    SELECT v.id FROM unnest($15::bigint[]) AS v(id)
+), candidate AS (
+    SELECT m.id, m.created_at, m.lexemes, length(m.lexemes)::float8 AS dl
+    FROM found f
+    JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = f.id
+    WHERE $12::tsquery IS NULL OR NOT m.lexemes @@ $12::tsquery
+), lexical AS (
+    SELECT c.id, c.created_at, s.total,
+           CASE WHEN $11::tsquery IS NOT NULL AND c.lexemes @@ $11::tsquery THEN 1.0::float8
+                ELSE s.groups::float8 / greatest($10, 1) END AS share
+    FROM candidate c
+    CROSS JOIN (SELECT greatest(avg(a.dl), 1.0) AS dl FROM candidate a) average
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(t.idf * u.tf * ($18 + 1)
+                            / (u.tf + $18 * (1 - $19 + $19 * c.dl / average.dl))), 0) AS total,
+               count(DISTINCT t.grp) AS groups
+        FROM (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
+              FROM unnest(c.lexemes) AS x(lexeme, positions, weights)) u
+        JOIN terms t ON t.lexeme = u.lexeme
+    ) s
+), possible AS (
+    -- What a memory holding each group's rarest lexeme once, at average length, scores (of the
+    -- lexemes some memory holds: a near word's stem may be in none).
+    SELECT nullif(sum(g.idf), 0) AS total
+    FROM (SELECT max(t.idf) AS idf FROM terms t WHERE t.df > 0 GROUP BY t.grp) g
 ), best AS (
-    -- The best $4, ordered here on what the signals read already: only they are fetched again.
-    SELECT f.id, f.created_at, f.total FROM fused f
-    ORDER BY f.total DESC, f.created_at DESC, f.id DESC
+    SELECT l.id, l.created_at,
+           w.lexical * least(1.0, coalesce(l.total * l.share / p.total, 0))
+           + (1 - w.lexical) * greatest(coalesce(v.sim, 0), 0) AS score
+    FROM lexical l
+    CROSS JOIN possible p
+    -- A query none of whose lexemes any memory holds is ranked by the vectors alone.
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.total IS NULL AND $15::bigint[] <> '{}' THEN 0.0
+                                    ELSE $17 END AS lexical) w
+    LEFT JOIN unnest($15::bigint[], $16::float8[]) AS v(id, sim) ON v.id = l.id
+    ORDER BY score DESC, l.created_at DESC, l.id DESC
     LIMIT $4
-), attempted AS (
-    -- The signals that ran: full text always, the others when given ($9 counts them), and the
-    -- any-word signal when it ran (the precise ones found fewer than limit memories).
-    SELECT $9 + (EXISTS (SELECT 1 FROM recall WHERE recall.needed))::int AS n
 )
-SELECT m.public_id::text AS id, m.content,
-       least(1.0, f.total / (a.n * (1.0::float8 / ($10 + 1))))::real AS score,
+SELECT m.public_id::text AS id, m.content, b.score::real AS score,
        m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
-FROM best f
-CROSS JOIN attempted a
-JOIN aidb_memory.memory m ON m.actor_key = $17 AND m.id = f.id
-ORDER BY f.total DESC, f.created_at DESC, f.id DESC
+FROM best b
+JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = b.id
+WHERE b.score > 0
+ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 _SEARCH_TYPES = (
-    *("bigint", "text", "tsquery", "int", "text", "text", "real[]", "text"),
-    *("int", "int", "int", "int", "float8", "text", "text", "int", "bigint"),
+    *("bigint", "text", "bigint", "int", "text", "text"),
+    *("tsquery[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
+    *("bigint[]", "float8[]", "float8", "float8", "float8"),
 )
-
-
-def _query_embedding(
-    fn: str, ns: Namespace, actor: str, key: int, query: str
-) -> tuple[list[float] | None, str | None]:
-    """The query's embedding and its model when the vector signal applies, else (None, None).
-
-    It applies when the namespace names an embedding model and the actor's memories in the
-    vector window were embedded with it. Memories embedded with another model are refused
-    loudly (55000), never compared with vectors of a different model.
-    """
-    model_name = ns.model_spec.get("embedding")
-    if not model_name:
-        return None, None
-    rows = db.execute(
-        _EMBEDDED_MODELS, ("bigint", "text", "int", "bigint"), (ns.id, actor, VECTOR_WINDOW, key)
-    )
-    stored = {r["model"]: int(r["n"]) for r in rows}
-    others = sorted(m for m in stored if m != model_name)
-    if others:
-        raise ApiError(
-            OBJECT_NOT_IN_PREREQUISITE_STATE,
-            f"aidb_memory.{fn}: memories of actor_id {quote(actor)} were embedded with model "
-            f"{quote(others[0])}, but namespace {quote(ns.name)} now embeds with "
-            f"{quote(model_name)}",
-            hint="an admin re-embeds those memories with the new model (or sets "
-            "model_spec.embedding back): vectors of two models are never compared",
-        )
-    if not stored:
-        return None, None
-    model = llm.load(fn, model_name)
-    try:
-        vectors = llm.embed(
-            model, [query], namespace_id=ns.id, timeout_s=ns.config["llm_timeout_s"]
-        )
-    except llm.EmbeddingError as e:
-        # Search still answers, from full text and trigrams, and says why it did without.
-        plpy.warning(
-            f"aidb_memory.{fn}: the embedding model {quote(model_name)} failed "
-            f"({e.outcome}: {e.public}); ranked without vector similarity"
-        )
-        return None, None
-    return vectors[0], model_name
 
 
 # What a query costs before it runs, in two steps. First what flat scans can tell: its distinct
@@ -267,21 +199,27 @@ _QUERY_WORDS = """
 SELECT length(to_tsvector('simple', $1)) AS words,
        (SELECT count(*) FROM ts_parse('default', $1) AS t WHERE t.tokid <> 12) AS tokens
 """
-# With the tree, the query's words (lexemes, in order) and those the actor's memories never use
-# ($2 namespace, $3 actor, $4 its key), the misspelled ones: one probe of memory_word's primary key
-# a word (a correlated subquery, which the planner cannot turn into a hash join over the whole
-# vocabulary).
+# With the tree (under the namespace's text search configuration, $5), the query's words as
+# written ('simple'), the stems of each (its lexemes under $5, space-separated; none for a stop
+# word), and the words the actor's memories never use ($2 namespace, $3 actor, $4 its key), the
+# misspelled ones: one probe of memory_word's primary key a word (a correlated subquery, which the
+# planner cannot turn into a hash join over the whole vocabulary).
 _QUERY_TREE = """
-SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words,
+SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words, w.stems,
        ARRAY(SELECT u.word FROM unnest(w.words) AS u(word)
              WHERE (SELECT true FROM aidb_memory.memory_word e
                     WHERE e.actor_key = $4 AND e.namespace_id = $2 AND e.actor_id = $3
                       AND e.word = u.word
                     LIMIT 1) IS NULL
              ORDER BY u.word) AS unknown
-FROM websearch_to_tsquery('simple', $1) AS q,
-     LATERAL (SELECT ARRAY(SELECT u.word FROM unnest(tsvector_to_array(to_tsvector('simple', $1)))
-                           AS u(word) ORDER BY u.word) AS words) AS w
+FROM websearch_to_tsquery($5::regconfig, $1) AS q,
+     LATERAL (
+         SELECT coalesce(array_agg(u.word ORDER BY u.word), '{}') AS words,
+                coalesce(array_agg(array_to_string(
+                    tsvector_to_array(to_tsvector($5::regconfig, u.word)), ' ')
+                    ORDER BY u.word), '{}') AS stems
+         FROM unnest(tsvector_to_array(to_tsvector('simple', $1))) AS u(word)
+     ) AS w
 """
 _NODES_HINT = (
     "search with fewer words and operators, or an admin raises config.search_max_query_nodes"
@@ -289,9 +227,9 @@ _NODES_HINT = (
 
 
 def _bounded_query(
-    fn: str, ns: Namespace, actor: str, key: int, query: str
-) -> tuple[str | None, Any]:
-    """The query's tsquery (None: no lexemes) and its words (the row of _QUERY_TREE), once its
+    fn: str, ns: Namespace, actor: str, key: int, query: str, text_search: str
+) -> Any:
+    """The query's tsquery, words, stems and unknown words (the row of _QUERY_TREE), once its
     cost is known to be within the namespace's caps (22023 naming the config key otherwise).
     Runs before any model is called: a query refused costs only this."""
     cfg = ns.config
@@ -321,7 +259,9 @@ def _bounded_query(
             hint=_NODES_HINT,
         )
     tree = db.execute(
-        _QUERY_TREE, ("text", "bigint", "text", "bigint"), (query, ns.id, actor, key)
+        _QUERY_TREE,
+        ("text", "bigint", "text", "bigint", "text"),
+        (query, ns.id, actor, key, text_search),
     )[0]
     nodes = int(tree["nodes"])
     if nodes > cap:
@@ -332,20 +272,20 @@ def _bounded_query(
             f"limit of {cap}",
             hint=_NODES_HINT,
         )
-    return (None if tree["q"] is None else str(tree["q"])), tree
+    return tree
 
 
-# The words of the actor's memories nearest each misspelled query word ($3, the words no memory
-# of the actor uses): those within one edit of it ($4, $5: word and variant, fusion.edit_lookups),
-# each looked up by exact match on memory_word's primary key, best trigram similarity first; and
-# only for a word with none of those, the words most similar to it by trigrams (above
-# pg_trgm.similarity_threshold, pinned on the SQL function). At most $6 words each. pg_trgm's
-# schema goes where "@trgm@" is (extensions.trgm_sql). $7 the actor's key. The namespace and actor
-# are filters there, as in _SEARCH: as keys, the planner would scan the actor's whole vocabulary on
-# the primary key and compare every word, where the trigram index (actor_key, word) reads only the
-# words that share trigrams with the misspelled one. With the key alone the generic plan scans the
-# vocabulary on the primary key only while the average actor's is a few dozen words (bench (e):
-# ~0.3 ms for the 250 words of its actor).
+# The stems ($8, the namespace's text search configuration) of the words of the actor's memories
+# nearest each misspelled query word ($3, the words no memory of the actor uses): those within one
+# edit of it ($4, $5: word and variant, misspellings.edit_lookups), each looked up by exact match on
+# memory_word's primary key, best trigram similarity first; and only for a word with none of those,
+# the words most similar to it by trigrams (above pg_trgm.similarity_threshold, pinned on the SQL
+# function). At most $6 words each. pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
+# $7 the actor's key. The namespace and actor are filters there, as in _SEARCH: as keys, the
+# planner would scan the actor's whole vocabulary on the primary key and compare every word, where
+# the trigram index (actor_key, word) reads only the words that share trigrams with the misspelled
+# one. With the key alone the generic plan scans the vocabulary on the primary key only while the
+# average actor's is a few dozen words (bench (e): ~0.3 ms for the 250 words of its actor).
 _NEAR_WORDS = """
 WITH hit AS (
     SELECT v.source, v.variant
@@ -356,43 +296,48 @@ WITH hit AS (
           AND x.word = v.variant
         LIMIT 1
     ) AS x
+), near AS (
+    SELECT u.word,
+           coalesce(
+               (SELECT array_agg(h.variant ORDER BY h.sim DESC, h.variant)
+                FROM (SELECT h.variant, "@trgm@".similarity(h.variant, u.word) AS sim
+                      FROM hit h WHERE h.source = u.word
+                      ORDER BY sim DESC, h.variant
+                      LIMIT $6) h),
+               (SELECT array_agg(n.word ORDER BY n.sim DESC, n.word)
+                FROM (SELECT v.word, "@trgm@".similarity(v.word, u.word) AS sim
+                      FROM aidb_memory.memory_word v
+                      WHERE v.actor_key = $7 AND v.namespace_id + 0 = $1 AND v.actor_id || '' = $2
+                        AND v.word OPERATOR("@trgm@".%) u.word
+                      ORDER BY sim DESC, v.word
+                      LIMIT $6) n),
+               '{}') AS near
+    FROM unnest($3::text[]) AS u(word)
 )
-SELECT u.word,
-       coalesce(
-           (SELECT array_agg(h.variant ORDER BY h.sim DESC, h.variant)
-            FROM (SELECT h.variant, "@trgm@".similarity(h.variant, u.word) AS sim
-                  FROM hit h WHERE h.source = u.word
-                  ORDER BY sim DESC, h.variant
-                  LIMIT $6) h),
-           (SELECT array_agg(n.word ORDER BY n.sim DESC, n.word)
-            FROM (SELECT v.word, "@trgm@".similarity(v.word, u.word) AS sim
-                  FROM aidb_memory.memory_word v
-                  WHERE v.actor_key = $7 AND v.namespace_id + 0 = $1 AND v.actor_id || '' = $2
-                    AND v.word OPERATOR("@trgm@".%) u.word
-                  ORDER BY sim DESC, v.word
-                  LIMIT $6) n),
-           '{}') AS near
-FROM unnest($3::text[]) AS u(word)
+SELECT n.word,
+       ARRAY(SELECT DISTINCT s.stem
+             FROM unnest(n.near) AS w(word),
+                  unnest(tsvector_to_array(to_tsvector($8::regconfig, w.word))) AS s(stem)
+             ORDER BY s.stem) AS stems
+FROM near n
 """
 NEAR_WORDS = 3
 
 
-def _word_queries(
-    namespace_id: int, actor: str, key: int, words: list[str], unknown: list[str]
-) -> tuple[str | None, str | None]:
-    """The tsqueries of the fuzzy and any-word signals (fusion.fuzzy_tsquery, any_tsquery) for
-    the query's ``words``, of which ``unknown`` no memory of the actor uses."""
-    near: dict[str, list[str]] = {}
-    if unknown:
-        sources, variants = fusion.edit_lookups(unknown)
-        rows = db.execute(
-            extensions.trgm_sql(_NEAR_WORDS, "search"),
-            ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint"),
-            (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key),
-        )
-        near = {r["word"]: list(r["near"]) for r in rows}
-    triples = [(w, w not in near, near.get(w, [])) for w in words]
-    return fusion.fuzzy_tsquery(triples), fusion.any_tsquery(triples)
+def _near_stems(
+    namespace_id: int, actor: str, key: int, unknown: list[str], text_search: str
+) -> dict[str, list[str]]:
+    """For each of the query's ``unknown`` words (no memory of the actor uses them), the stems of
+    the actor's words nearest it (none found: no entry)."""
+    if not unknown:
+        return {}
+    sources, variants = misspellings.edit_lookups(unknown)
+    rows = db.execute(
+        extensions.trgm_sql(_NEAR_WORDS, "search"),
+        ("bigint", "text", "text[]", "text[]", "text[]", "int", "bigint", "text"),
+        (namespace_id, actor, unknown, sources, variants, NEAR_WORDS, key, text_search),
+    )
+    return {r["word"]: list(r["stems"]) for r in rows if r["stems"]}
 
 
 def search(
@@ -413,17 +358,36 @@ def search(
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
     key = keys.actor_key(ns.name, actor)
-    tsquery, tree = _bounded_query(fn, ns, actor, key, query)
-    vector, model_name = _query_embedding(fn, ns, actor, key, query)
-    fuzzy, any_word = _word_queries(ns.id, actor, key, list(tree["words"]), list(tree["unknown"]))
-    signals = 1 + (vector is not None) + (fuzzy is not None)
+    text_search = "pg_catalog." + ns.config["text_search_config"]
+    tree = _bounded_query(fn, ns, actor, key, query, text_search)
+    vector, model_name = vectors.query_embedding(fn, ns, actor, key, query)
+    stems = {w: s.split() for w, s in zip(tree["words"], tree["stems"], strict=True)}
+    near = _near_stems(ns.id, actor, key, list(tree["unknown"]), text_search)
+    terms = ranking.plan(tree["q"], stems, near)
+    nearest: tuple[list[int], list[float], list[Any]] = ([], [], [])
+    if vector is not None and model_name is not None:
+        nearest = vectors.candidates(ns, actor, key, vector, model_name, sid, agent, CANDIDATES)
+    if not terms.lexemes and not nearest[0]:
+        return []
+    ranked = ns.config["search_max_ranked"]
     rows = db.execute(
         _SEARCH,
         _SEARCH_TYPES,
         (
-            *(ns.id, actor, tsquery, n, sid, agent, vector, model_name),
-            *(signals, fusion.K, CANDIDATES, VECTOR_WINDOW, MIN_COSINE, fuzzy, any_word),
-            *(ns.config["search_max_ranked"], key),
+            *(ns.id, actor, key, n, sid, agent),
+            *(terms.operands, terms.lexemes, terms.groups, terms.group_count),
+            *(
+                tree["q"],
+                terms.negated,
+                ranked,
+                max(CANDIDATES, ranked // len(terms.lexemes or [0])),
+            ),
+            *(
+                nearest[0],
+                nearest[1],
+                ranking.lexical_weight(vector is not None, bool(terms.lexemes)),
+            ),
+            *(ranking.K1, ranking.B),
         ),
     )
     return [dict(r) for r in rows]

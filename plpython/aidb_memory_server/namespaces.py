@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from aidb_memory_server import db, models, validation
-from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError
+from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid
 
 _INSERT = """
 INSERT INTO aidb_memory.namespace (name, model_spec, config)
@@ -32,6 +32,20 @@ SELECT id, name, model_spec::text, config::text, state,
        to_json(created_at) #>> '{}' AS created_at, to_json(updated_at) #>> '{}' AS updated_at
 FROM u
 """
+# The built-in text search configurations (config.text_search_config): only pg_catalog's, which
+# no user can replace, so that what memory.lexemes holds is made by code the server owns.
+_TEXT_SEARCH_CONFIG = """
+SELECT 1 FROM pg_catalog.pg_ts_config
+WHERE cfgname = $1 AND cfgnamespace = 'pg_catalog'::pg_catalog.regnamespace
+"""
+# A namespace's memories are re-indexed when its text search configuration changes: an admin's
+# call, never an application's.
+_REINDEX = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+UPDATE aidb_memory.memory
+SET lexemes = pg_catalog.to_tsvector($2::pg_catalog.regconfig, content)
+WHERE namespace_id = $1
+"""
 # Timestamps travel to Python and back as text: ISO 8601 with a numeric offset (what to_json
 # writes whatever DateStyle is) reads back exactly, where DateStyle's output may not (under
 # DateStyle Postgres, Asia/Kolkata prints "IST", which reads back as Israel time).
@@ -43,6 +57,7 @@ def init(name: str | None, model_spec: str | None, config: str | None) -> int:
     name = validation.namespace_name(fn, name)
     spec = validation.model_spec(fn, validation.json_object(fn, "model_spec", model_spec))
     cfg = validation.config(fn, validation.json_object(fn, "config", config))
+    _require_text_search_config(fn, cfg)
     models.require_registered(fn, spec)
     spec_text, cfg_text = json.dumps(spec), json.dumps(cfg)
     rows = db.execute(_INSERT, ("text", "text", "text"), (name, spec_text, cfg_text))
@@ -81,6 +96,7 @@ def namespace_update(
     if config is not None:
         cfg_changes = validation.json_object(fn, "config", config)
         validation.config(fn, cfg_changes)  # the changes themselves: a typo set to null too
+        _require_text_search_config(fn, cfg_changes)
         cfg = validation.merge(cfg, cfg_changes)
     new_state = validation.state(fn, state) if state is not None else row["state"]
     models.require_registered(fn, new_models)  # only what changes: the rest was checked
@@ -89,4 +105,20 @@ def namespace_update(
         ("bigint", "text", "text", "text", "timestamptz"),
         (row["id"], json.dumps(spec), json.dumps(cfg), new_state, db.clock()),
     )
+    before = validation.effective_config(json.loads(row["config"]))["text_search_config"]
+    after = validation.effective_config(cfg)["text_search_config"]
+    if after != before:
+        db.execute(_REINDEX, ("bigint", "text"), (row["id"], "pg_catalog." + after))
     return [dict(updated[0])]
+
+
+def _require_text_search_config(fn: str, cfg: dict[str, Any]) -> None:
+    """22023 unless config.text_search_config, when set, is a configuration of pg_catalog."""
+    name = cfg.get("text_search_config")
+    if name is not None and not db.execute(_TEXT_SEARCH_CONFIG, ("text",), (name,)).nrows():
+        raise invalid(
+            fn,
+            "config.text_search_config",
+            f'names no text search configuration of pg_catalog ("{name}")',
+            hint="SELECT cfgname FROM pg_catalog.pg_ts_config lists them (english, simple, ...)",
+        )

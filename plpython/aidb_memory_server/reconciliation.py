@@ -18,12 +18,13 @@ Nothing is deleted; every change is a row in ``memory_history`` naming the event
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, extensions, extraction, identifiers, keys
+from aidb_memory_server import db, extensions, extraction, identifiers, keys, validation
 
 NEAR_DUPLICATE = 0.8
 RELATED_LIMIT = 20
@@ -114,8 +115,9 @@ SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND vali
 _INSERT = """
 INSERT INTO aidb_memory.memory
     (actor_key, namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
-     embedding, embedding_model)
-VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END)
+     embedding, embedding_model, lexemes)
+VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END,
+        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5))
 RETURNING id, public_id::text AS public_id
 """
 _CLOSE = """
@@ -204,8 +206,11 @@ class Writer:
         session_id: str | None = None,
         vectors: dict[str, list[float]] | None = None,
         embedding_model: str | None = None,
+        text_search: str = validation.CONFIG_DEFAULTS["text_search_config"],
     ) -> None:
         self.ns, self.actor, self.key = namespace_id, actor_id, key
+        # The namespace's text search configuration, qualified: what memory.lexemes is made with.
+        self.text_search = "pg_catalog." + text_search
         self.event_id, self.agent_id, self.session_id = event_id, agent_id, session_id
         self.vectors = vectors or {}
         self.embedding_model = embedding_model
@@ -232,6 +237,9 @@ class Writer:
             session_id=event["session_id"],
             vectors=vectors,
             embedding_model=embedding_model,
+            text_search=validation.effective_config(json.loads(event["config"]))[
+                "text_search_config"
+            ],
         )
 
     def history(self, memory_id: int, op: str, old: str | None, new: str | None) -> None:
@@ -265,7 +273,7 @@ class Writer:
             _INSERT,
             (
                 *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
-                "bigint",
+                *("bigint", "text"),
             ),
             (
                 self.ns,
@@ -278,6 +286,7 @@ class Writer:
                 self.vectors.get(text),
                 self.embedding_model,
                 self.key,
+                self.text_search,
             ),
         )[0]
         self.history(int(row["id"]), "add", None, text)

@@ -44,7 +44,14 @@ def remember(
             hint="split it into facts, or an admin raises config.memory_max_chars",
         )
     key = keys.actor_key(ns.name, actor)
-    writer = reconciliation.Writer(ns.id, actor, key, agent_id=agent, session_id=sid)
+    writer = reconciliation.Writer(
+        ns.id,
+        actor,
+        key,
+        agent_id=agent,
+        session_id=sid,
+        text_search=ns.config["text_search_config"],
+    )
     _, public_id, new = writer.store(content, near=False)
     if new and ns.model_spec.get("embedding"):
         eventqueue.queue_embedding(key, ns.id, actor)

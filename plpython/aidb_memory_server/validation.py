@@ -49,6 +49,9 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "search_max_words": 32,
     "search_max_query_nodes": 64,
     "search_max_ranked": 2_000,
+    # The PostgreSQL text search configuration (in pg_catalog) whose stemming and stop words
+    # search ranks by (issue 24); "simple": words as written, no stop words.
+    "text_search_config": "english",
     "extraction_max_input_chars": 200_000,
     # What an image, file or audio part of a turn counts against a read's budget (issue 11).
     "non_text_part_chars": 1_000,
@@ -73,6 +76,20 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "memory_max_chars": (100, 100_000),
 }
 EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
+
+
+def text_search_config_name(value: Any) -> bool:
+    """Whether ``value`` looks like the name of a built-in text search configuration (lower-case
+    letters, digits and underscores, a letter first, at most 63); namespaces checks that
+    pg_catalog has it."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 63
+        and value.isascii()
+        and value[0].isalpha()
+        and value.islower()
+        and value.replace("_", "").isalnum()
+    )
 
 
 # C0 and C1 control characters (Unicode category Cc: U+0000-001F, U+007F-009F) and the line and
@@ -178,6 +195,13 @@ def config(function: str, cfg: dict[str, Any]) -> dict[str, Any]:
             raise invalid(function, field, "must be one of: " + ", ".join(EXTRACTION_MODES))
         elif key == "allowed_fallback_models":
             _model_names(function, field, value)
+        elif key == "text_search_config" and not text_search_config_name(value):
+            raise invalid(
+                function,
+                field,
+                "must be the name of a text search configuration in pg_catalog",
+                hint="e.g. english, simple, german; SELECT cfgname FROM pg_ts_config lists them",
+            )
     return {k: v for k, v in cfg.items() if v is not None}
 
 

@@ -53,11 +53,11 @@ def ns(db: Database) -> Database:
     ):
         db.sql(
             """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, agent_id,
-                                               session_id, content, content_hash)
+                                               session_id, content, content_hash, lexemes)
                SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', 'agent-1', %s, %s,
-                      md5(%s)
+                      md5(%s), to_tsvector('english', %s)
                FROM aidb_memory.namespace WHERE name = %s""",
-            (session, content, content, NS),
+            (session, content, content, content, NS),
         )
     return db
 

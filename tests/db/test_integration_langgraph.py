@@ -44,17 +44,19 @@ def dsn(db: Database, fake: FakeOpenAI) -> str:
     for i, (content, session, agent) in enumerate(FACTS):
         db.sql(
             """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, agent_id,
-                                               session_id, content, content_hash, created_at)
+                                               session_id, content, content_hash, created_at,
+                                               lexemes)
                SELECT aidb_memory.actor_key(name, %s), id, %s, %s, %s, %s, md5(%s),
-                      now() - make_interval(mins => %s)
+                      now() - make_interval(mins => %s), to_tsvector('english', %s)
                FROM aidb_memory.namespace WHERE name = %s""",
-            ("erin", "erin", agent, session, content, content, 10 - i, NS),
+            ("erin", "erin", agent, session, content, content, 10 - i, content, NS),
         )
     db.sql(
         """INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content,
-                                           content_hash)
+                                           content_hash, lexemes)
            SELECT aidb_memory.actor_key(name, 'fred'), id, 'fred', 'Fred prefers aisle seats',
-                  'f' FROM aidb_memory.namespace
+                  'f', to_tsvector('english', 'Fred prefers aisle seats')
+           FROM aidb_memory.namespace
            WHERE name = %s""",
         (NS,),
     )

@@ -81,11 +81,12 @@ def _memory(db: Database, content: str, actor: str) -> str:
     return str(
         db.value(
             """INSERT INTO aidb_memory.memory
-                   (actor_key, namespace_id, actor_id, content, content_hash)
+                   (actor_key, namespace_id, actor_id, content, content_hash, lexemes)
                VALUES (aidb_memory.actor_key(%s, %s),
-                       (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, md5(%s))
+                       (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, md5(%s),
+                       to_tsvector('english', %s))
                RETURNING public_id::text""",
-            (NS, actor, NS, actor, content, content),
+            (NS, actor, NS, actor, content, content, content),
         )
     )
 

@@ -9,6 +9,7 @@ called as the application role. Embeddings come from the fake OpenAI-compatible 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from typing import Any
 
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
+from aidb_memory_server import ranking
 from conftest import ADMIN_USER, APP_USER, Database
 from fake_openai import FakeOpenAI, Reply
 
@@ -49,11 +51,11 @@ def _memory(
         db.value(
             """INSERT INTO aidb_memory.memory
                    (actor_key, namespace_id, actor_id, agent_id, session_id, content,
-                    content_hash, embedding, embedding_model, valid_to, created_at)
+                    content_hash, embedding, embedding_model, valid_to, created_at, lexemes)
                VALUES (aidb_memory.actor_key(%s, %s),
                        (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s, %s, %s,
                        md5(%s), %s::real[], %s, CASE WHEN %s THEN NULL ELSE now() END,
-                       coalesce(%s::timestamptz, now()))
+                       coalesce(%s::timestamptz, now()), to_tsvector('english', %s))
                RETURNING public_id::text""",
             (
                 ns,
@@ -68,6 +70,7 @@ def _memory(
                 model if embedding is not None else None,
                 current,
                 created_at,
+                content,
             ),
         )
     )
@@ -122,7 +125,8 @@ def facts(db: Database) -> dict[str, str]:
 def test_an_exact_match_ranks_first(db: Database, facts: dict[str, str]) -> None:
     rows = _search(db, "Alice lives in Lisbon near the river")
     assert rows[0][0] == facts["Alice lives in Lisbon near the river"]
-    assert rows[0][2] == pytest.approx(1.0)  # first in both signals
+    assert rows[0][2] > 0.95  # every word, once, at about the average length
+    assert rows[1][2] < 0.5  # only "Alice", in every memory: worth little
     scores = [r[2] for r in rows]
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert scores == sorted(scores, reverse=True)
@@ -137,8 +141,47 @@ def test_a_misspelled_word_is_found_by_trigrams(db: Database, facts: dict[str, s
     ), "full-text search alone cannot find it"
     rows = _search(db, "turqoise")
     assert [r[0] for r in rows] == [facts["Alice's favourite colour is turquoise"]]
-    assert 0.0 < rows[0][2] <= 0.5  # one of two signals
+    assert rows[0][2] == pytest.approx(1.0)  # the word it stands for, once, and nothing else
     assert _search(db, "enginer at Acme")[0][1] == "Alice works at Acme as a data engineer"
+
+
+@pytest.mark.parametrize(
+    "query", ["Alice prefers green tea in Lisbon", "where does Alice live", "tea or coffee"]
+)
+def test_the_score_is_the_bm25_that_ranking_states(
+    db: Database, facts: dict[str, str], query: str
+) -> None:
+    """The statement computes what ranking.lexical says, from the actor's own counts."""
+    words = db.sql(
+        "SELECT lexeme FROM unnest(to_tsvector('english', %s)) ORDER BY min(positions[1]) "
+        "OVER (PARTITION BY lexeme)",
+        (query,),
+    )
+    groups = {w: i for i, (w,) in enumerate(words)}
+    held: dict[str, dict[str, float]] = {}
+    lengths: dict[str, float] = {}
+    whole: dict[str, bool] = {}
+    for content, lexemes, length, matches in db.sql(
+        "SELECT content, lexemes::text, length(lexemes), "
+        "lexemes @@ websearch_to_tsquery('english', %s) FROM aidb_memory.memory",
+        (query,),
+    ):
+        counts = db.sql(
+            "SELECT lexeme, array_length(positions, 1) FROM unnest(%s::tsvector)", (lexemes,)
+        )
+        held[content] = {x: float(n) for x, n in counts if x in groups}
+        lengths[content], whole[content] = float(length), bool(matches)
+    candidates = [c for c in held if held[c]]
+    average = sum(lengths[c] for c in candidates) / len(candidates)
+    df = {w: sum(1 for c in held if w in held[c]) for w in groups}
+    idfs = {w: ranking.idf(len(held), df[w]) for w in groups}
+    absent = frozenset(w for w in groups if df[w] == 0)
+    expected = {
+        c: ranking.lexical(held[c], lengths[c], average, idfs, groups, whole[c], absent)
+        for c in candidates
+    }
+    got = {r[1]: r[2] for r in _search(db, query, limit=100)}
+    assert got == pytest.approx({c: v for c, v in expected.items() if v > 0}, rel=1e-5)
 
 
 TYPO_FACTS = [
@@ -196,9 +239,10 @@ def test_meaning_is_found_by_embeddings(db: Database, fake: FakeOpenAI) -> None:
     fake.queue(Reply(embedding=[0.9, 0.1, 0.0]))
     rows = _search(db, "which animal companion")
     assert [r[0] for r in rows] == [pet, *[r[0] for r in rows[1:]]]
-    # First in one of two signals: full text and vectors (no query word is near a stored word,
-    # so there is no fuzzy signal).
-    assert rows[0][2] == pytest.approx(1 / 2, rel=1e-5)
+    # No memory holds a word of the query (nor one near them): ranked by the cosine alone.
+    norm = math.sqrt(0.82)
+    cosines = [0.9 / norm, 0.1 / norm, 0.02 / (norm * math.sqrt(1.04))]
+    assert [r[2] for r in rows] == pytest.approx(cosines, rel=1e-5)
     # Only the vector signal found it: without the embedding model the query finds nothing.
     calls = fake.calls("/embeddings")
     assert len(calls) == 1
@@ -319,9 +363,10 @@ def test_search_cost_is_bounded_by_candidates(db: Database) -> None:
     _namespace(db)
     db.sql(
         """INSERT INTO aidb_memory.memory
-               (actor_key, namespace_id, actor_id, content, content_hash)
+               (actor_key, namespace_id, actor_id, content, content_hash, lexemes)
            SELECT aidb_memory.actor_key(n.name, 'alice'), n.id, 'alice',
-                  'note number ' || i || ' about the garden', md5(i::text)
+                  'note number ' || i || ' about the garden', md5(i::text),
+                  to_tsvector('english', 'note number ' || i || ' about the garden')
            FROM aidb_memory.namespace n, generate_series(1, 300) AS i WHERE n.name = %s""",
         (NS,),
     )

@@ -192,10 +192,10 @@ def _memories(db: Database) -> dict[int, dict[str, str]]:
             out[i][content] = str(
                 db.value(
                     """INSERT INTO aidb_memory.memory
-                           (actor_key, namespace_id, actor_id, content, content_hash)
+                           (actor_key, namespace_id, actor_id, content, content_hash, lexemes)
                        VALUES (aidb_memory.actor_key(%s, %s),
                                (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s,
-                               md5(%s))
+                               md5(%s), to_tsvector('english', %s))
                        RETURNING public_id::text""",
                     (NS, f"mem{i}", NS, f"mem{i}", content, content),
                 )

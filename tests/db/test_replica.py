@@ -71,12 +71,13 @@ def _write(db: Database, fake: FakeOpenAI) -> dict[str, str]:
         memories[content] = str(
             db.value(
                 """INSERT INTO aidb_memory.memory
-                       (actor_key, namespace_id, actor_id, session_id, content, content_hash)
+                       (actor_key, namespace_id, actor_id, session_id, content, content_hash,
+                        lexemes)
                    VALUES (aidb_memory.actor_key(%s, 'alice'),
                            (SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
-                           'short', %s, md5(%s))
+                           'short', %s, md5(%s), to_tsvector('english', %s))
                    RETURNING public_id::text""",
-                (NS, NS, content, content),
+                (NS, NS, content, content, content),
             )
         )
     return memories
@@ -97,12 +98,12 @@ def _write_embedded(db: Database, fake: FakeOpenAI) -> dict[str, str]:
             db.value(
                 """INSERT INTO aidb_memory.memory
                        (actor_key, namespace_id, actor_id, content, content_hash, embedding,
-                        embedding_model)
+                        embedding_model, lexemes)
                    VALUES (aidb_memory.actor_key(%s, 'alice'),
                            (SELECT id FROM aidb_memory.namespace WHERE name = %s), 'alice',
-                           %s, md5(%s), %s::real[], 'emb')
+                           %s, md5(%s), %s::real[], 'emb', to_tsvector('english', %s))
                    RETURNING public_id::text""",
-                (EMBEDDED, EMBEDDED, content, content, vector),
+                (EMBEDDED, EMBEDDED, content, content, vector, content),
             )
         )
         for content, vector in facts.items()

@@ -198,11 +198,12 @@ def _setup(db: Database) -> dict[str, Any]:
             content = f"{actor.title()} {fact}"
             ids[content] = db.value(
                 """INSERT INTO aidb_memory.memory
-                       (actor_key, namespace_id, actor_id, content, content_hash)
-                   SELECT aidb_memory.actor_key(n.name, %s), n.id, %s, %s, md5(%s)
+                       (actor_key, namespace_id, actor_id, content, content_hash, lexemes)
+                   SELECT aidb_memory.actor_key(n.name, %s), n.id, %s, %s, md5(%s),
+                          to_tsvector('english', %s)
                    FROM aidb_memory.namespace n WHERE n.name = %s
                    RETURNING public_id::text""",
-                (actor, actor, content, content, NS),
+                (actor, actor, content, content, content, NS),
             )
     db.sql(
         """INSERT INTO aidb_memory.memory_history

@@ -44,14 +44,14 @@ def _memories(
     db.sql(
         """INSERT INTO aidb_memory.memory
                (actor_key, namespace_id, actor_id, content, content_hash, embedding,
-                embedding_model)
+                embedding_model, lexemes)
            SELECT aidb_memory.actor_key(%s, %s),
-                  (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s,
-                  'The user likes ' || (%s::text[])[1 + i %% 9] || ' and ' ||
-                  (%s::text[])[1 + (i / 9) %% 9] || ' number ' || i,
-                  md5(i::text), %s::real[], %s
-           FROM generate_series(1, %s) AS i""",
-        (NS, ACTOR, NS, ACTOR, words, words, embedding, model, n),
+                  (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, x.c,
+                  md5(i::text), %s::real[], %s, to_tsvector('english', x.c)
+           FROM generate_series(1, %s) AS i,
+                LATERAL (SELECT 'The user likes ' || (%s::text[])[1 + i %% 9] || ' and ' ||
+                         (%s::text[])[1 + (i / 9) %% 9] || ' number ' || i AS c) AS x""",
+        (NS, ACTOR, NS, ACTOR, embedding, model, n, words, words),
     )
 
 

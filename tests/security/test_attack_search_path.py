@@ -636,8 +636,9 @@ LANGUAGE sql IMMUTABLE
 RETURN pg_catalog.to_tsvector(config::pg_catalog.regconfig, content)
 """
 _MEMORY = (
-    "INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, content_hash) "
-    "SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', %s, %s "
+    "INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, content_hash, "
+    "lexemes) SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', %s, %s, "
+    "pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, %s) "
     "FROM aidb_memory.namespace WHERE id = 1"
 )
 
@@ -674,14 +675,14 @@ def test_an_upgrade_unbinds_the_look_alike_an_earlier_install_bound_into_memory_
             "CREATE INDEX memory_tsv_idx ON aidb_memory.memory "
             "USING gin (namespace_id, actor_id, tsv) WHERE valid_to IS NULL"
         )
-        conn.execute(_MEMORY, ("Alice drinks green tea", "h1"))
+        conn.execute(_MEMORY, ("Alice drinks green tea", "h1", "Alice drinks green tea"))
     assert any("to_tsvector(text,text)" in b for b in foreign_bindings(db))
 
     ok(run_cli("install", dsn=db.dsn()), "upgrade")
 
     assert foreign_bindings(db) == []
     with pinned(db) as conn:
-        conn.execute(_MEMORY, ("Bob rides a bicycle", "h2"))
+        conn.execute(_MEMORY, ("Bob rides a bicycle", "h2", "Bob rides a bicycle"))
         rows = conn.execute(
             "SELECT content, tsv = to_tsvector('pg_catalog.simple'::regconfig, content) "
             "FROM aidb_memory.memory ORDER BY id"

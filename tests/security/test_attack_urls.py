@@ -85,10 +85,10 @@ def test_searchs_warning_names_the_model_not_its_url(
     db.sql(
         """INSERT INTO aidb_memory.memory
                (actor_key, namespace_id, actor_id, content, content_hash, embedding,
-                embedding_model)
+                embedding_model, lexemes)
            SELECT aidb_memory.actor_key(name, 'alice'), id, 'alice', 'Alice likes green tea',
                   md5('Alice likes green tea'),
-                  ARRAY[1, 0]::real[], 'leaky_emb'
+                  ARRAY[1, 0]::real[], 'leaky_emb', to_tsvector('english', 'Alice likes green tea')
            FROM aidb_memory.namespace WHERE name = %s""",
         (NS,),
     )

@@ -1,11 +1,11 @@
-"""The variants within one edit of a misspelled word that search looks up (fusion.edits)."""
+"""The variants within one edit of a misspelled word that search looks up (misspellings.edits)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aidb_memory_server import fusion
+from aidb_memory_server import misspellings
 
 
 def _damerau(a: str, b: str) -> int:
@@ -25,63 +25,63 @@ def _damerau(a: str, b: str) -> int:
 
 
 def test_a_swap_a_letter_too_many_or_missing_or_replaced_is_undone() -> None:
-    assert "email" in fusion.edits("emial")  # swapped
-    assert "kettle" not in fusion.edits("ketle")  # missing, 5 letters: trigrams find it
-    assert "cafe" in fusion.edits("cfe")  # missing, 3 letters
-    assert "peanuts" in fusion.edits("peanutts")  # one too many
-    assert "oslo" in fusion.edits("oclo")  # replaced, 4 letters
-    assert "volvo" not in fusion.edits("vilvo")  # replaced, 5 letters: trigrams find it
-    assert "favourite" not in fusion.edits("favorite")
+    assert "email" in misspellings.edits("emial")  # swapped
+    assert "kettle" not in misspellings.edits("ketle")  # missing, 5 letters: trigrams find it
+    assert "cafe" in misspellings.edits("cfe")  # missing, 3 letters
+    assert "peanuts" in misspellings.edits("peanutts")  # one too many
+    assert "oslo" in misspellings.edits("oclo")  # replaced, 4 letters
+    assert "volvo" not in misspellings.edits("vilvo")  # replaced, 5 letters: trigrams find it
+    assert "favourite" not in misspellings.edits("favorite")
 
 
 def test_which_edits_each_length_gets() -> None:
     # 12 letters: each letter dropped (12) and each neighbouring pair swapped (11).
-    assert len(fusion.edits("abcdefghijkl")) == 12 + 11
+    assert len(misspellings.edits("abcdefghijkl")) == 12 + 11
     # 4 letters: also each letter replaced by another of 26 (+ none of its own is new).
-    assert len(fusion.edits("wxyz")) == 4 + 3 + 4 * 25
+    assert len(misspellings.edits("wxyz")) == 4 + 3 + 4 * 25
     # Repeated letters give repeated variants, listed once; the word itself is never a variant.
-    assert fusion.edits("aaa")[0] == "aa" and len(fusion.edits("aaa")) == len(
-        set(fusion.edits("aaa"))
+    assert misspellings.edits("aaa")[0] == "aa" and len(misspellings.edits("aaa")) == len(
+        set(misspellings.edits("aaa"))
     )
-    assert "aaa" not in fusion.edits("aaa")
+    assert "aaa" not in misspellings.edits("aaa")
 
 
 def test_too_short_or_too_long_words_have_no_variants() -> None:
-    assert fusion.edits("to") == []
-    assert fusion.edits("x" * (fusion.EDIT_MAX_CHARS + 1)) == []
-    assert fusion.edits("x" * fusion.EDIT_MAX_CHARS) != []
+    assert misspellings.edits("to") == []
+    assert misspellings.edits("x" * (misspellings.EDIT_MAX_CHARS + 1)) == []
+    assert misspellings.edits("x" * misspellings.EDIT_MAX_CHARS) != []
 
 
 def test_lookups_pair_each_variant_with_its_word_within_the_budget() -> None:
-    sources, variants = fusion.edit_lookups(["emial", "to", "cfe"])
+    sources, variants = misspellings.edit_lookups(["emial", "to", "cfe"])
     assert len(sources) == len(variants)
     assert set(sources) == {"emial", "cfe"}
-    assert [v for s, v in zip(sources, variants, strict=True) if s == "emial"] == fusion.edits(
-        "emial"
-    )
+    assert [
+        v for s, v in zip(sources, variants, strict=True) if s == "emial"
+    ] == misspellings.edits("emial")
     # A word whose variants do not all fit is left to trigrams; later ones may still fit.
-    small = len(fusion.edits("emial"))
-    sources, _ = fusion.edit_lookups(["cfe", "emial"], budget=small)
+    small = len(misspellings.edits("emial"))
+    sources, _ = misspellings.edit_lookups(["cfe", "emial"], budget=small)
     assert set(sources) == {"emial"}
-    assert fusion.edit_lookups(["cfe"], budget=0) == ([], [])
+    assert misspellings.edit_lookups(["cfe"], budget=0) == ([], [])
 
 
 @given(st.text(alphabet="abcdeéq", min_size=0, max_size=14))
 def test_every_variant_is_one_edit_away(word: str) -> None:
-    found = fusion.edits(word)
+    found = misspellings.edits(word)
     assert len(found) == len(set(found))
     assert word not in found
     for v in found:
         assert _damerau(word, v) == 1, v
     n = len(word)
-    if fusion.EDIT_MIN_CHARS <= n <= fusion.EDIT_MAX_CHARS:
+    if misspellings.EDIT_MIN_CHARS <= n <= misspellings.EDIT_MAX_CHARS:
         assert all(word[:i] + word[i + 1 :] in found for i in range(n))
         assert all(
             word[:i] + word[i + 1] + word[i] + word[i + 2 :] in found
             for i in range(n - 1)
             if word[i] != word[i + 1]
         )
-        if n <= fusion.SUBSTITUTE_MAX_CHARS:
+        if n <= misspellings.SUBSTITUTE_MAX_CHARS:
             assert all(word[:i] + "q" + word[i + 1 :] in found for i in range(n) if word[i] != "q")
-        if n <= fusion.INSERT_MAX_CHARS:
+        if n <= misspellings.INSERT_MAX_CHARS:
             assert all(word[:i] + c + word[i:] in found for i in range(n + 1) for c in "q" + word)

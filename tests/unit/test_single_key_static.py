@@ -444,10 +444,12 @@ def test_the_collector_finds_statements_with_their_place(tmp_path: Path) -> None
 # --- the server ---------------------------------------------------------------------------------
 
 # Where a statement that spans actors may be used (`-- spans actors: <reason>`): admin functions
-# and views, the worker's claim without a key range and its count of waiting events, and the
-# retry of a namespace's failed events. Statements reached from a hot API function never may.
+# and views, the worker's claim without a key range and its count of waiting events, the
+# retry of a namespace's failed events, and the re-indexing of a namespace's memories when its
+# text search configuration changes. Statements reached from a hot API function never may.
 SPANNING_ALLOWED_FROM = (
     "sql:namespace_drop",
+    "sql:namespace_update",
     "sql:events_retry",
     "sql:event_claim",
     "sql:event_remaining",
