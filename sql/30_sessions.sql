@@ -588,21 +588,58 @@ COMMENT ON FUNCTION aidb_memory.session_delete(text, text, text, text) IS
 'required and recorded in the audit log, which keeps no content. Errors: 22004 NULL reason, 22023 '
 'empty reason, 42704, 42501.';
 
-CREATE OR REPLACE VIEW aidb_memory.sessions AS
--- spans actors: admin view
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.sessions_rows()
+RETURNS TABLE (namespace text, actor_id text, session_id text, agent_id text,
+                started_at timestamptz, closed_at timestamptz, turn_count bigint,
+                total_chars bigint, prev_handoff jsonb, handoff jsonb, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
 SELECT n.name AS namespace, s.actor_id, s.session_id, s.agent_id, s.started_at, s.closed_at,
        s.next_seq - 1 AS turn_count, s.total_chars, s.prev_handoff, s.handoff, s.updated_at
+-- spans actors: admin view
 FROM aidb_memory.session AS s
-JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id;
+JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id
+$$;
+COMMENT ON FUNCTION aidb_memory.sessions_rows() IS
+'Internal: the rows of the view aidb_memory.sessions (its owner''s privileges).';
+
+CREATE OR REPLACE VIEW aidb_memory.sessions AS
+SELECT namespace, actor_id, session_id, agent_id, started_at, closed_at, turn_count, total_chars,
+       prev_handoff, handoff, updated_at
+FROM aidb_memory.sessions_rows();
 COMMENT ON VIEW aidb_memory.sessions IS
 'Admins: every session with its counts and handoffs. API roles cannot read it.';
 
-CREATE OR REPLACE VIEW aidb_memory.events AS
--- spans actors: admin view
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.events_rows()
+RETURNS TABLE (event_id bigint, public_id uuid, correlation_id uuid, namespace_id bigint,
+                actor_id text, agent_id text, session_id text, idempotency_key text,
+                status text, attempts integer, last_error text, created_at timestamptz,
+                processed_at timestamptz, kind text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
 SELECT e.id AS event_id, e.public_id, e.correlation_id, e.namespace_id, e.actor_id, e.agent_id,
        e.session_id, e.idempotency_key, e.status, e.attempts, e.last_error, e.created_at,
        e.processed_at, e.kind
-FROM aidb_memory.event AS e;
+-- spans actors: admin view
+FROM aidb_memory.event AS e
+$$;
+COMMENT ON FUNCTION aidb_memory.events_rows() IS
+'Internal: the rows of the view aidb_memory.events (its owner''s privileges).';
+
+CREATE OR REPLACE VIEW aidb_memory.events AS
+SELECT event_id, public_id, correlation_id, namespace_id, actor_id, agent_id, session_id,
+       idempotency_key, status, attempts, last_error, created_at, processed_at, kind
+FROM aidb_memory.events_rows();
 COMMENT ON VIEW aidb_memory.events IS
 'Admins and workers: the queue. The long-term-memory event each add recorded (kind extraction) '
 'and the compaction tasks add queued for the worker (kind compaction: a session''s next summary, '
