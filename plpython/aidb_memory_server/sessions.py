@@ -272,8 +272,8 @@ def one(rows: Any) -> Any:
 # before the statement runs).
 _NAMESPACE_AND_SESSION = f"""
 SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
-       s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
-       s.pinned_seq, s.pinned_chars,
+       s.id AS ref, s.xmin::text AS version, s.next_seq, s.total_chars, s.open_calls,
+       s.tail_round_start, s.pinned_seq, s.pinned_chars,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
        coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
@@ -308,6 +308,8 @@ FROM aidb_memory.turn AS t WHERE t.actor_key = $1 AND t.session_ref = $2 AND t.s
 _NO_SESSION: dict[str, Any] = {
     "actor_key": None,
     "session_ref": None,
+    "session_version": None,
+    "summary_seq": 0,
     "lo_offset": 0,
     "lo_seq": 0,
     "hi_offset": 0,
@@ -364,8 +366,13 @@ def session_read_plan(
     (``newest_round_over_budget``, or ``limit_items_round_split`` when the newest turn fits and
     only the rule of tool results keeps it out); the SQL adds it.
 
-    The SQL function is STABLE, so these queries run in the snapshot of the window query that
-    calls it: the bounds and the turns they select are one consistent state of the session.
+    The read statement runs after this plan, in a statement of its own (Citus routes it to the
+    actor's shard only with the key as a parameter, and cannot run this function there), so it
+    checks that it reads the state planned here: ``session_version`` (the session row's xmin:
+    every add, pop, end or delete of the session writes that row) is still the session's, and it
+    takes no summary newer than ``summary_seq`` (the newest one here; a compaction adds summaries
+    without writing the session row). The SQL function is STABLE: its own queries run in one
+    snapshot on one server.
     """
     fn = caller if caller in READERS else "session_get"
     if namespace_name is None:
@@ -377,7 +384,11 @@ def session_read_plan(
     identifier(fn, "session_id", session_id, ns.setting("max_identifier_chars"))
     budget.check_limits(fn, limit_chars, limit_turns, limit_items)
     if s["ref"] is None:
-        return dict(_NO_SESSION)
+        # The key all the same, a session_ref no session has (ids start at 1) and the version
+        # of none (''): the read statement finds nothing on the actor's shard. With NULLs,
+        # Citus would prune every shard and plan the statement on none, which it cannot do
+        # with the check's xmin (invalid attnum -2 for rangetable entry s).
+        return {**_NO_SESSION, "actor_key": key, "session_ref": 0, "session_version": ""}
     assert key is not None  # the session was joined by it
     ref, next_seq = int(s["ref"]), int(s["next_seq"])
     warnings: list[str] = []
@@ -396,6 +407,8 @@ def session_read_plan(
     plan: dict[str, Any] = {
         "actor_key": key,
         "session_ref": ref,
+        "session_version": s["version"],
+        "summary_seq": int(s["covered_seq"]),
         "lo_offset": pin_chars,
         "lo_seq": pin_seq + 1,
         "hi_offset": end_offset,
