@@ -3,10 +3,10 @@
 
 These catalog checks hold the schema to Citus's rules without a cluster
 (tests/db/test_citus_cluster.py runs ``install --citus`` and the API on a real one): each rule is
-checked on the installed schema, and each check is shown to fail on a table or constraint built to break it (in a transaction that is
-rolled back). ``install --citus`` itself runs against a stand-in for Citus's functions and
-catalog (the calls it makes, their order, the foreign keys around them, idempotence), and is
-refused on a database without the citus extension.
+checked on the installed schema, and each check is shown to fail on a table or constraint built
+to break it (in a transaction that is rolled back). ``install --citus`` itself runs against a
+stand-in for Citus's functions and catalog (the calls it makes, their order, the foreign keys
+around them, idempotence), and is refused on a database without the citus extension.
 """
 
 from __future__ import annotations
@@ -269,6 +269,12 @@ def _expected_calls(tables: list[str] | None = None) -> list[str]:
     return out
 
 
+SEARCH_FUNCTIONS = [
+    "aidb_memory.search(text,text,text,integer,text,text)",
+    "aidb_memory.search_py(text,text,text,integer,text,text)",
+]
+
+
 def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     db = fake_citus
     before = _foreign_keys(db)
@@ -284,7 +290,13 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert ran[: len(citus.SETTINGS)] == citus.SETTINGS
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
-    assert said[-1] == f"citus: {len(before)} foreign keys added again (Citus checked each)"
+    # Then the functions pinned to generic plans plan each call (search and its body).
+    custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in SEARCH_FUNCTIONS]
+    assert said[-3:] == [
+        f"citus: {len(before)} foreign keys added again (Citus checked each)",
+        *custom,
+    ]
+    assert ran[-2:] == [f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in SEARCH_FUNCTIONS]
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 
