@@ -26,7 +26,7 @@ from test_upgrade_releases import LAST_RELEASE_BEFORE_ISSUE_23, _git, _install_r
 from aidb_memory import citus
 from aidb_memory.throwaway import ThrowawayServer
 from aidb_memory.worker import key_ranges
-from conftest import ADMIN_USER, APP_USER, WORKER_USER, run_cli
+from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
 from deployments import CitusCluster, citus_available, citus_cluster
 from fake_openai import FakeOpenAI, Reply, serve
 
@@ -78,9 +78,10 @@ def _verify(node: Node) -> None:
 
 
 @pytest.fixture(scope="module")
-def node(cluster: CitusCluster, server_pylib: Path) -> Node:
+def node(cluster: CitusCluster, server_pylib: Path, template_db: Database) -> Node:
     """The database of the module: aidb_memory installed with ``install --citus``, the login
-    roles of the suite (Citus creates them on the workers too), the server's packages."""
+    roles of the suite (Citus creates them on the workers too), the server's packages (which
+    ``deps`` puts in ``server_pylib`` for the template: the model calls need them)."""
     cluster.create_database(DB)
     db = Node(cluster, DB)
     _install(db)
@@ -276,6 +277,92 @@ def test_search_without_an_embedding_model(node: Node, ns: str) -> None:
         "SELECT content FROM aidb_memory.search(%s, %s, 'tea')", (ns, actor), user=APP_USER
     )
     assert hits[0] == ("I like green tea",)
+
+
+def test_search_with_an_embedding_model(node: Node, fake: FakeOpenAI) -> None:
+    """The vector signal: the worker embeds what remember stored, and a query whose words no
+    memory holds finds them by their vectors (the fake gives every text the same one)."""
+    opts = {"model": "fake-embedding", "base_url": fake.base_url, "max_retries": 0}
+    admin = {"user": ADMIN_USER}
+    node.sql("SELECT aidb_memory.create_model('cemb', 'openai', %s::jsonb)", (json.dumps(opts),),
+             **admin)  # fmt: skip
+    node.sql("SELECT aidb_memory.init('vec', '{\"embedding\": \"cemb\"}')", **admin)
+    for text in ("I like green tea", "I live in Porto"):
+        node.sql("SELECT aidb_memory.remember('vec', 'v-alice', %s)", (text,), user=APP_USER)
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        node.value(
+            "SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'v-alice' "
+            "AND embedding_model = 'cemb'"
+        )
+        == 2
+    )
+    before = len(fake.calls("/embeddings"))
+    hits = node.sql(
+        "SELECT content FROM aidb_memory.search('vec', 'v-alice', 'beverage')", user=APP_USER
+    )
+    assert sorted(c for (c,) in hits) == ["I like green tea", "I live in Porto"]
+    assert len(fake.calls("/embeddings")) == before + 1, "the query's embedding"
+
+
+# Compaction (tests/db/test_compaction_ahead.py): turns of 100 chars, a budget of 1,000.
+BUDGET = 1000
+
+
+def _exchange(i: int) -> str:
+    return _turns(f"question {i:04d} ".ljust(100, "q"), f"answer {i:04d} ".ljust(100, "a"))
+
+
+def test_compaction_in_the_read_and_ahead_of_it(node: Node, fake: FakeOpenAI) -> None:
+    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
+    node.sql("SELECT aidb_memory.create_model('cchat', 'openai', %s::jsonb)", (json.dumps(opts),),
+             user=ADMIN_USER)  # fmt: skip
+    node.sql(
+        "SELECT aidb_memory.init('cmp', '{\"llm\": \"cchat\"}', "
+        '\'{"extraction": false, "llm_timeout_s": 5}\')',
+        user=ADMIN_USER,
+    )
+
+    def add(i: int) -> None:
+        node.sql("SELECT aidb_memory.add('cmp', 'c-alice', %s::jsonb, 's')", (_exchange(i),),
+                 user=APP_USER)  # fmt: skip
+
+    def get() -> tuple[list[dict[str, Any]], list[str]]:
+        rows = node.sql(
+            "SELECT items, warnings FROM aidb_memory.session_get('cmp', 'c-alice', 's', %s)",
+            (BUDGET,),
+            user=APP_USER,
+        )
+        return rows[0][0], rows[0][1]
+
+    for i in range(1, 11):
+        add(i)
+    # Over budget: the read compacts, then reads the summary and the newest turns.
+    fake.queue(Reply(content="S" * 200))
+    items, warnings = get()
+    assert warnings == []
+    assert [i["kind"] for i in items[:1]] == ["summary"]
+    assert items[-1]["content"].startswith("answer 0010")
+    # Past the ahead threshold: add queues a task, and the worker writes the next summary.
+    add(11)
+    add(12)
+    tasks = node.sql(
+        "SELECT status FROM aidb_memory.event WHERE actor_id = 'c-alice' AND kind = 'compaction'"
+    )
+    assert tasks == [("accepted",)]
+    fake.queue(Reply(content="T" * 150))
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert node.sql(
+        "SELECT status FROM aidb_memory.event WHERE actor_id = 'c-alice' AND kind = 'compaction'"
+    ) == [("processed",)]
+    # The next read finds it ready: no model call.
+    calls = len(fake.calls())
+    items, warnings = get()
+    assert warnings == [] and len(fake.calls()) == calls
+    assert [i["kind"] for i in items[:2]] == ["summary", "summary"]
+    assert [i["seq"] for i in items[2:]] == [23, 24]
 
 
 def test_administration_as_the_admin(node: Node, fake: FakeOpenAI) -> None:
