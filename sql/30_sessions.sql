@@ -139,6 +139,10 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -336,6 +340,10 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
