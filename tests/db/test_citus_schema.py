@@ -269,9 +269,12 @@ def _expected_calls(tables: list[str] | None = None) -> list[str]:
     return out
 
 
-SEARCH_FUNCTIONS = [
+# The functions that pin generic plans, which install --citus makes plan each call.
+GENERIC_FUNCTIONS = [
     "aidb_memory.search(text,text,text,integer,text,text)",
     "aidb_memory.search_py(text,text,text,integer,text,text)",
+    "aidb_memory.session_get(text,text,text,integer,text,integer,integer)",
+    "aidb_memory.session_messages(text,text,text,integer,text,integer,integer,text)",
 ]
 
 
@@ -290,13 +293,13 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert ran[: len(citus.SETTINGS)] == citus.SETTINGS
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
-    # Then the functions pinned to generic plans plan each call (search and its body).
-    custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in SEARCH_FUNCTIONS]
-    assert said[-3:] == [
+    # Then the functions pinned to generic plans plan each call.
+    custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in GENERIC_FUNCTIONS]
+    assert said[-5:] == [
         f"citus: {len(before)} foreign keys added again (Citus checked each)",
         *custom,
     ]
-    assert ran[-2:] == [f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in SEARCH_FUNCTIONS]
+    assert ran[-4:] == [f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in GENERIC_FUNCTIONS]
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 
