@@ -1,10 +1,11 @@
-"""add and session_list latency through a Citus coordinator against one server (issue 25).
+"""add, session_list and session_get latency through a Citus coordinator against one server
+(issue 25).
 
     .venv/bin/python bench/citus_latency.py "host=... dbname=... user=postgres"
 
 The DSN is a database of a running Citus cluster where ``aidb-memory install --citus`` ran (the
 cluster of tests/db/test_citus_cluster.py, or your own); the single server is a throwaway one
-started here. session_get is not measured: it does not run on Citus yet (docs/scaling.md).
+started here. session_get reads the newest 2,000 chars of the session the adds wrote.
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ WARMUP = 50
 
 
 def measure(dsn: str, label: str) -> None:
-    """Median and p90 of ``ROUNDS`` adds and session_lists of one actor, prepared, autocommit."""
+    """Median and p90 of ``ROUNDS`` adds, session_lists and session_gets of one actor, prepared,
+    autocommit."""
     turns = json.dumps([{"role": "user", "content": "hello there"}])
     add = "SELECT aidb_memory.add('latency', 'a', %s::jsonb, 's')"
     listed = "SELECT * FROM aidb_memory.session_list('latency', 'a')"
+    read = "SELECT * FROM aidb_memory.session_get('latency', 'a', 's', 2000)"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT aidb_memory.init('latency')")
         for _ in range(WARMUP):
             conn.execute(add, (turns,), prepare=True)
-        adds, lists = [], []
+        adds, lists, reads = [], [], []
         for _ in range(ROUNDS):
             start = time.perf_counter()
             conn.execute(add, (turns,), prepare=True)
@@ -40,7 +43,10 @@ def measure(dsn: str, label: str) -> None:
             start = time.perf_counter()
             conn.execute(listed, prepare=True).fetchall()
             lists.append(time.perf_counter() - start)
-    for name, xs in (("add", adds), ("session_list", lists)):
+            start = time.perf_counter()
+            conn.execute(read, prepare=True).fetchall()
+            reads.append(time.perf_counter() - start)
+    for name, xs in (("add", adds), ("session_list", lists), ("session_get", reads)):
         xs.sort()
         print(
             f"{label}: {name} median {statistics.median(xs) * 1e3:.2f} ms, "
