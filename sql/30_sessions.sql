@@ -60,6 +60,8 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     caller text,
     OUT actor_key bigint,
     OUT session_ref bigint,
+    OUT session_version text,
+    OUT summary_seq bigint,
     OUT lo_offset bigint,
     OUT lo_seq bigint,
     OUT hi_offset bigint,
@@ -74,11 +76,11 @@ CREATE FUNCTION aidb_memory.session_read_plan(
     OUT by_items boolean,
     OUT empty_warning text
 )
--- STABLE: its queries run in the snapshot of the statement that calls it (the read statement
--- of session_get and session_messages, with its window), so that the bounds and the turns they
--- select are the same state of the session. A VOLATILE plan would read a newer state than the
--- window, e.g. tool results committed meanwhile, and the window would return their call
--- without them.
+-- STABLE: its queries run in one snapshot (on one server), that of the statement that calls
+-- it. The read statement that follows it runs in another, and returns nothing when the session
+-- is no longer as planned (session_version; summaries newer than summary_seq it leaves out): the
+-- reader plans again. So the bounds and the turns they select are one state of the session, e.g.
+-- never a round's tool call without the results committed meanwhile.
 LANGUAGE plpython3u STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
@@ -137,11 +139,17 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     compacted boolean := false;
     extra text[] := '{}';
+    plan record;
+    changed integer := 0;
     n bigint;
     state text;
     message text;
@@ -160,30 +168,39 @@ BEGIN
     -- re-plans its body on every call; plpgsql keeps the plan for the connection. One layer:
     -- the read statement runs here, not in a function of its own that this one copies from.
     LOOP
-        -- The plan bounds the scan by the budget (an index range on (session_ref, char_offset,
-        -- seq)); the window keeps the newest whole rounds: a cut is allowed before a turn whose
-        -- seq equals the smallest round_start at or after it. With limit_items (p.by_items) a
-        -- cut is allowed before a turn unless a tool result at or after it belongs to a round
-        -- that starts before it: the newest items, never a tool result without its call.
-        -- Pinned instructions (seqs 1..p.pin_seq) come first, then summaries when every
-        -- unsummarized turn fits: the newest ones that fit in the budget left. When the plan
-        -- asks for compaction, the first pass returns no row and reads nothing but the plan.
+        -- The plan (session_read_plan, in a statement of its own: Citus routes the read
+        -- statement to the actor's shard by its key, a parameter, and the plan cannot run there)
+        -- bounds the scan by the budget (an index range on (session_ref, char_offset, seq)); the
+        -- window keeps the newest whole rounds: a cut is allowed before a turn whose seq equals
+        -- the smallest round_start at or after it. With limit_items (plan.by_items) a cut is
+        -- allowed before a turn unless a tool result at or after it belongs to a round that
+        -- starts before it: the newest items, never a tool result without its call. Pinned
+        -- instructions (seqs 1..plan.pin_seq) come first, then summaries when every
+        -- unsummarized turn fits: the newest ones that fit in the budget left.
+        SELECT * INTO plan
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get');
+        IF plan.compact AND NOT compacted THEN
+            -- Once per read: compact, then plan again (the new summary, or the history as it
+            -- was with the warning that says why there is none).
+            extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
+            compacted := true;
+            CONTINUE;
+        END IF;
         -- BEGIN read statement
         RETURN QUERY
-        SELECT coalesce(p.pinned, '[]'::jsonb)
+        SELECT coalesce(plan.pinned, '[]'::jsonb)
                || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
-               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
+               plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
                    AS overflow_chars,
                coalesce(sm.turns, 0)::integer AS compacted_entries,
-               p.warnings || extra
+               plan.warnings || extra
                || CASE
                       -- Nothing kept of turns there were to return: the plan says why.
-                      WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
-                           AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
-                      WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
+                      WHEN w.items IS NULL AND plan.empty_warning IS NOT NULL
+                           AND NOT plan.empty_warning = ANY (extra) THEN ARRAY[plan.empty_warning]
+                      WHEN plan.by_items AND w.split THEN '{limit_items_round_split}'::text[]
                   END AS warnings
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get') AS p
-        LEFT JOIN LATERAL (
+        FROM (
             SELECT jsonb_agg(
                        CASE
                            -- A plain turn (most are): one object, not three joined.
@@ -211,26 +228,26 @@ BEGIN
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
                    -- turns start inside a round when the first one does not start it (the
                    -- first turn after pinned instructions always starts one).
-                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > p.pin_seq + 1)
+                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > plan.pin_seq + 1)
                        AS split
             FROM (
                 SELECT f.*,
-                       min(CASE WHEN f.seq = greatest(f.floor, p.pin_seq + 1) THEN f.seq END)
+                       min(CASE WHEN f.seq = greatest(f.floor, plan.pin_seq + 1) THEN f.seq END)
                            OVER () AS cut
                 FROM (
                     SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
                            t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
-                           min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
+                           min(CASE WHEN plan.by_items AND t.role <> 'tool' THEN t.seq
                                     ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
-                    WHERE t.actor_key = p.actor_key AND t.session_ref = p.session_ref
-                      AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
-                      AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
+                    WHERE t.actor_key = plan.actor_key AND t.session_ref = plan.session_ref
+                      AND (t.char_offset, t.seq) >= (plan.lo_offset, plan.lo_seq)
+                      AND (t.char_offset, t.seq) < (plan.hi_offset, plan.hi_seq)
                 ) AS f
             ) AS m
             WHERE m.seq >= m.cut
-        ) AS w ON true
-        LEFT JOIN LATERAL (
+        ) AS w
+        CROSS JOIN (
             SELECT jsonb_agg(
                        jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
                                           'kind', 'summary',
@@ -245,20 +262,27 @@ BEGIN
                 SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
                        row_number() OVER (ORDER BY s.to_seq DESC) AS rank
                 FROM aidb_memory.summary AS s
-                WHERE s.actor_key = p.actor_key AND s.session_ref = p.session_ref
-                  AND p.summary_room >= 0
+                WHERE s.actor_key = plan.actor_key AND s.session_ref = plan.session_ref
+                  AND s.to_seq <= plan.summary_seq AND plan.summary_room >= 0
             ) AS x
-            WHERE x.used <= p.summary_room
-              AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
-        ) AS sm ON true
-        WHERE compacted OR NOT p.compact;
+            WHERE x.used <= plan.summary_room
+              AND (plan.summary_slots IS NULL OR x.rank <= plan.summary_slots)
+        ) AS sm
+        -- Nothing when the session changed since the plan (no session: ''): the reader plans
+        -- again. Not an OR with the no-session case: the planner would drop the subquery and
+        -- Citus then plans its table on no shard, which it cannot with xmin.
+        WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
+                        WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
+              = plan.session_version;
         -- END read statement
         GET DIAGNOSTICS n = ROW_COUNT;
-        EXIT WHEN n > 0 OR compacted;
-        -- Once per read: compact, then read again (the new summary, or the history as it was
-        -- with the warning that says why there is none).
-        extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
-        compacted := true;
+        EXIT WHEN n > 0;
+        changed := changed + 1;
+        IF changed >= 100 THEN
+            -- Writers that commit between every plan and its read: a read that cannot finish.
+            RAISE EXCEPTION 'the session changed during each of % reads', changed
+                USING ERRCODE = '40001', HINT = 'retry the read';
+        END IF;
     END LOOP;
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- Raised again from here, the error's CONTEXT is this one line instead of the internal
@@ -316,11 +340,17 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     compacted boolean := false;
     extra text[] := '{}';
+    plan record;
+    changed integer := 0;
     history jsonb;
     plain boolean;
     converted jsonb;
@@ -345,22 +375,30 @@ BEGIN
     END IF;
     -- The read statement of session_get, its items only.
     LOOP
+        SELECT * INTO plan
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages');
+        IF plan.compact AND NOT compacted THEN
+            -- Once per read: compact, then plan again (the new summary, or the history as it
+            -- was with the warning that says why there is none).
+            extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
+            compacted := true;
+            CONTINUE;
+        END IF;
         SELECT r.items INTO history FROM (
         -- BEGIN read statement
-        SELECT coalesce(p.pinned, '[]'::jsonb)
+        SELECT coalesce(plan.pinned, '[]'::jsonb)
                || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
-               p.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
+               plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
                    AS overflow_chars,
                coalesce(sm.turns, 0)::integer AS compacted_entries,
-               p.warnings || extra
+               plan.warnings || extra
                || CASE
                       -- Nothing kept of turns there were to return: the plan says why.
-                      WHEN w.items IS NULL AND p.empty_warning IS NOT NULL
-                           AND NOT p.empty_warning = ANY (extra) THEN ARRAY[p.empty_warning]
-                      WHEN p.by_items AND w.split THEN '{limit_items_round_split}'::text[]
+                      WHEN w.items IS NULL AND plan.empty_warning IS NOT NULL
+                           AND NOT plan.empty_warning = ANY (extra) THEN ARRAY[plan.empty_warning]
+                      WHEN plan.by_items AND w.split THEN '{limit_items_round_split}'::text[]
                   END AS warnings
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS p
-        LEFT JOIN LATERAL (
+        FROM (
             SELECT jsonb_agg(
                        CASE
                            -- A plain turn (most are): one object, not three joined.
@@ -388,26 +426,26 @@ BEGIN
                    -- Rounds are contiguous (round_start never decreases with seq): the kept
                    -- turns start inside a round when the first one does not start it (the
                    -- first turn after pinned instructions always starts one).
-                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > p.pin_seq + 1)
+                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > plan.pin_seq + 1)
                        AS split
             FROM (
                 SELECT f.*,
-                       min(CASE WHEN f.seq = greatest(f.floor, p.pin_seq + 1) THEN f.seq END)
+                       min(CASE WHEN f.seq = greatest(f.floor, plan.pin_seq + 1) THEN f.seq END)
                            OVER () AS cut
                 FROM (
                     SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
                            t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
-                           min(CASE WHEN p.by_items AND t.role <> 'tool' THEN t.seq
+                           min(CASE WHEN plan.by_items AND t.role <> 'tool' THEN t.seq
                                     ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
                     FROM aidb_memory.turn AS t
-                    WHERE t.actor_key = p.actor_key AND t.session_ref = p.session_ref
-                      AND (t.char_offset, t.seq) >= (p.lo_offset, p.lo_seq)
-                      AND (t.char_offset, t.seq) < (p.hi_offset, p.hi_seq)
+                    WHERE t.actor_key = plan.actor_key AND t.session_ref = plan.session_ref
+                      AND (t.char_offset, t.seq) >= (plan.lo_offset, plan.lo_seq)
+                      AND (t.char_offset, t.seq) < (plan.hi_offset, plan.hi_seq)
                 ) AS f
             ) AS m
             WHERE m.seq >= m.cut
-        ) AS w ON true
-        LEFT JOIN LATERAL (
+        ) AS w
+        CROSS JOIN (
             SELECT jsonb_agg(
                        jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
                                           'kind', 'summary',
@@ -422,18 +460,27 @@ BEGIN
                 SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
                        row_number() OVER (ORDER BY s.to_seq DESC) AS rank
                 FROM aidb_memory.summary AS s
-                WHERE s.actor_key = p.actor_key AND s.session_ref = p.session_ref
-                  AND p.summary_room >= 0
+                WHERE s.actor_key = plan.actor_key AND s.session_ref = plan.session_ref
+                  AND s.to_seq <= plan.summary_seq AND plan.summary_room >= 0
             ) AS x
-            WHERE x.used <= p.summary_room
-              AND (p.summary_slots IS NULL OR x.rank <= p.summary_slots)
-        ) AS sm ON true
-        WHERE compacted OR NOT p.compact
+            WHERE x.used <= plan.summary_room
+              AND (plan.summary_slots IS NULL OR x.rank <= plan.summary_slots)
+        ) AS sm
+        -- Nothing when the session changed since the plan (no session: ''): the reader plans
+        -- again. Not an OR with the no-session case: the planner would drop the subquery and
+        -- Citus then plans its table on no shard, which it cannot with xmin.
+        WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
+                        WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
+              = plan.session_version
         -- END read statement
         ) AS r;
-        EXIT WHEN FOUND OR compacted;
-        extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
-        compacted := true;
+        EXIT WHEN FOUND;
+        changed := changed + 1;
+        IF changed >= 100 THEN
+            -- Writers that commit between every plan and its read: a read that cannot finish.
+            RAISE EXCEPTION 'the session changed during each of % reads', changed
+                USING ERRCODE = '40001', HINT = 'retry the read';
+        END IF;
     END LOOP;
     IF format = 'responses' THEN
         -- Summaries, items stored in the Responses shape and plain messages, as
@@ -588,21 +635,58 @@ COMMENT ON FUNCTION aidb_memory.session_delete(text, text, text, text) IS
 'required and recorded in the audit log, which keeps no content. Errors: 22004 NULL reason, 22023 '
 'empty reason, 42704, 42501.';
 
-CREATE OR REPLACE VIEW aidb_memory.sessions AS
--- spans actors: admin view
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.sessions_rows()
+RETURNS TABLE (namespace text, actor_id text, session_id text, agent_id text,
+                started_at timestamptz, closed_at timestamptz, turn_count bigint,
+                total_chars bigint, prev_handoff jsonb, handoff jsonb, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
 SELECT n.name AS namespace, s.actor_id, s.session_id, s.agent_id, s.started_at, s.closed_at,
        s.next_seq - 1 AS turn_count, s.total_chars, s.prev_handoff, s.handoff, s.updated_at
+-- spans actors: admin view
 FROM aidb_memory.session AS s
-JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id;
+JOIN aidb_memory.namespace AS n ON n.id = s.namespace_id
+$$;
+COMMENT ON FUNCTION aidb_memory.sessions_rows() IS
+'Internal: the rows of the view aidb_memory.sessions (its owner''s privileges).';
+
+CREATE OR REPLACE VIEW aidb_memory.sessions AS
+SELECT namespace, actor_id, session_id, agent_id, started_at, closed_at, turn_count, total_chars,
+       prev_handoff, handoff, updated_at
+FROM aidb_memory.sessions_rows();
 COMMENT ON VIEW aidb_memory.sessions IS
 'Admins: every session with its counts and handoffs. API roles cannot read it.';
 
-CREATE OR REPLACE VIEW aidb_memory.events AS
--- spans actors: admin view
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.events_rows()
+RETURNS TABLE (event_id bigint, public_id uuid, correlation_id uuid, namespace_id bigint,
+                actor_id text, agent_id text, session_id text, idempotency_key text,
+                status text, attempts integer, last_error text, created_at timestamptz,
+                processed_at timestamptz, kind text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
 SELECT e.id AS event_id, e.public_id, e.correlation_id, e.namespace_id, e.actor_id, e.agent_id,
        e.session_id, e.idempotency_key, e.status, e.attempts, e.last_error, e.created_at,
        e.processed_at, e.kind
-FROM aidb_memory.event AS e;
+-- spans actors: admin view
+FROM aidb_memory.event AS e
+$$;
+COMMENT ON FUNCTION aidb_memory.events_rows() IS
+'Internal: the rows of the view aidb_memory.events (its owner''s privileges).';
+
+CREATE OR REPLACE VIEW aidb_memory.events AS
+SELECT event_id, public_id, correlation_id, namespace_id, actor_id, agent_id, session_id,
+       idempotency_key, status, attempts, last_error, created_at, processed_at, kind
+FROM aidb_memory.events_rows();
 COMMENT ON VIEW aidb_memory.events IS
 'Admins and workers: the queue. The long-term-memory event each add recorded (kind extraction) '
 'and the compaction tasks add queued for the worker (kind compaction: a session''s next summary, '

@@ -64,22 +64,71 @@ COMMENT ON FUNCTION aidb_memory.drop_secret(text) IS
 'Admin: remove the secret `name`. Errors: 42704 unknown secret, 55000 a model names it in '
 'options.api_key_secret (re-register that model first).';
 
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.models_rows()
+RETURNS TABLE (name text, provider text, options jsonb, created_at timestamptz,
+                updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+SELECT name, provider, options, created_at, updated_at
+FROM aidb_memory.model
+$$;
+COMMENT ON FUNCTION aidb_memory.models_rows() IS
+'Internal: the rows of the view aidb_memory.models (its owner''s privileges).';
+
 CREATE OR REPLACE VIEW aidb_memory.models AS
 SELECT name, provider, options, created_at, updated_at
-FROM aidb_memory.model;
+FROM aidb_memory.models_rows();
 COMMENT ON VIEW aidb_memory.models IS
 'Admin: every registered model with its provider and options (which never hold a key).';
 
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.secrets_rows()
+RETURNS TABLE (name text, endpoints text[], created_at timestamptz, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+SELECT name, endpoints, created_at, updated_at
+FROM aidb_memory.secret
+$$;
+COMMENT ON FUNCTION aidb_memory.secrets_rows() IS
+'Internal: the rows of the view aidb_memory.secrets (its owner''s privileges; never a secret''s value).';
+
 CREATE OR REPLACE VIEW aidb_memory.secrets AS
 SELECT name, endpoints, created_at, updated_at
-FROM aidb_memory.secret;
+FROM aidb_memory.secrets_rows();
 COMMENT ON VIEW aidb_memory.secrets IS
 'Admin: every stored secret''s name and the endpoints it may be sent to; never its value.';
+
+-- Read through a function, as every view: sql/20_namespaces.sql says why.
+CREATE OR REPLACE FUNCTION aidb_memory.model_calls_rows()
+RETURNS TABLE (id bigint, at timestamptz, model_name text, namespace_id bigint, purpose text,
+                chars_in bigint, chars_out bigint, tokens_in bigint, tokens_out bigint,
+                latency_ms bigint, outcome text, error text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+SELECT id, at, model_name, namespace_id, purpose, chars_in, chars_out, tokens_in, tokens_out,
+       latency_ms, outcome, error
+FROM aidb_memory.model_usage
+$$;
+COMMENT ON FUNCTION aidb_memory.model_calls_rows() IS
+'Internal: the rows of the view aidb_memory.model_calls (its owner''s privileges).';
 
 CREATE OR REPLACE VIEW aidb_memory.model_calls AS
 SELECT id, at, model_name, namespace_id, purpose, chars_in, chars_out, tokens_in, tokens_out,
        latency_ms, outcome, error
-FROM aidb_memory.model_usage;
+FROM aidb_memory.model_calls_rows();
 COMMENT ON VIEW aidb_memory.model_calls IS
 'Admin: one row per model call (model, namespace, purpose, chars and tokens in and out, latency, '
 'outcome, error without secrets). No content.';

@@ -11,6 +11,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aidb_memory FROM PUBLIC, aidb_users, aidb_
 -- Everyone who uses aidb_memory.
 GRANT EXECUTE ON FUNCTION aidb_memory.version() TO aidb_users, aidb_workers;
 GRANT SELECT ON aidb_memory.namespaces TO aidb_users, aidb_workers;
+-- Each view reads through a function (sql/20_namespaces.sql says why): its readers execute it.
+GRANT EXECUTE ON FUNCTION aidb_memory.namespaces_rows() TO aidb_users, aidb_workers;
 
 -- The session API (SPEC §3).
 GRANT EXECUTE ON FUNCTION
@@ -42,6 +44,7 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.catalog_fingerprint()
 TO aidb_admins;
 GRANT SELECT ON aidb_memory.sessions, aidb_memory.events TO aidb_admins;
+GRANT EXECUTE ON FUNCTION aidb_memory.sessions_rows(), aidb_memory.events_rows() TO aidb_admins;
 
 -- Models and secrets (SPEC §2): admins only. The secret and model_usage tables, like every
 -- table, are readable by no API role (the REVOKE above); only a superuser reads them.
@@ -53,7 +56,11 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.model_check(text, text)
 TO aidb_admins;
 GRANT SELECT ON aidb_memory.models, aidb_memory.model_calls, aidb_memory.secrets TO aidb_admins;
+GRANT EXECUTE ON FUNCTION
+    aidb_memory.models_rows(), aidb_memory.model_calls_rows(), aidb_memory.secrets_rows()
+TO aidb_admins;
 GRANT SELECT ON aidb_memory.events TO aidb_workers;
+GRANT EXECUTE ON FUNCTION aidb_memory.events_rows() TO aidb_workers;
 
 -- The extraction worker (SPEC §5): aidb_workers run process_events, which calls the internal
 -- queue functions as its caller. The status of an event is the application's.

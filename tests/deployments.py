@@ -10,6 +10,7 @@ environment, as :mod:`aidb_memory.throwaway` does for the primary.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -280,3 +281,86 @@ def pgbouncer_for(
         yield bouncer
     finally:
         bouncer.stop()
+
+
+# --- Citus ------------------------------------------------------------------------------------
+
+# Every node loads citus; triggers on distributed tables need enable_unsafe_triggers
+# (docs/scaling.md, "Triggers"), cluster-wide, as the docs tell users to set it.
+CITUS_ARGS = "-c shared_preload_libraries=citus -c citus.enable_unsafe_triggers=on"
+
+
+def citus_available(server: ThrowawayServer) -> bool:
+    """Whether the citus extension is installed in ``server``'s PostgreSQL
+    (../shared/citus/build.sh installs it)."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_available_extensions WHERE name = 'citus'"
+        ).fetchone()
+    return row == (1,)
+
+
+class CitusCluster:
+    """A Citus coordinator and ``workers`` workers, each a :class:`ThrowawayServer` on loopback
+    (so each runs as the unprivileged server user when we are root) with citus preloaded.
+
+    Citus keeps its metadata per database: :meth:`create_database` makes a database on every
+    node, creates the extension in each and adds the workers to the coordinator's metadata."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self.coordinator: ThrowawayServer | None = None
+        self.workers: list[ThrowawayServer] = []
+        try:
+            self.coordinator = ThrowawayServer(postgres_args=CITUS_ARGS)
+            for _ in range(workers):
+                self.workers.append(ThrowawayServer(postgres_args=CITUS_ARGS))
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def nodes(self) -> list[ThrowawayServer]:
+        assert self.coordinator is not None
+        return [self.coordinator, *self.workers]
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """The coordinator's: what an application and the CLI connect to."""
+        assert self.coordinator is not None
+        return self.coordinator.dsn(dbname, user)
+
+    def create_database(self, name: str) -> None:
+        assert self.coordinator is not None
+        for node in self.nodes:
+            with psycopg.connect(node.dsn(), autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+            with psycopg.connect(node.dsn(name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION citus")
+        with psycopg.connect(self.dsn(name), autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_catalog.citus_set_coordinator_host('127.0.0.1', %s)",
+                (self.coordinator.port,),
+            )
+            for worker in self.workers:
+                conn.execute("SELECT pg_catalog.citus_add_node('127.0.0.1', %s)", (worker.port,))
+
+    def drop_database(self, name: str) -> None:
+        # The coordinator first: it holds connections to the workers' copies.
+        for node in self.nodes:
+            with psycopg.connect(node.dsn(), autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def stop(self) -> None:
+        # Every node, whatever happens to one of them.
+        for node in [*self.workers, *([self.coordinator] if self.coordinator else [])]:
+            with contextlib.suppress(Exception):
+                node.stop()
+
+
+@contextmanager
+def citus_cluster(workers: int = 2) -> Iterator[CitusCluster]:
+    """A running Citus cluster, stopped and removed on exit."""
+    cluster = CitusCluster(workers)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

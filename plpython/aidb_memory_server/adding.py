@@ -39,39 +39,53 @@ _BY_KEY = """
 SELECT public_id::text AS public_id, turns_hash FROM aidb_memory.event
 WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND idempotency_key = $3
 """
-# The namespace row's version: a new one (another xmin or ctid) after any update of the row,
-# whatever its transaction (two versions of one transaction have two ctids). _FAST_STORE writes
-# only while the row is still the version whose config validated the batch (_known).
-_NS_VERSION = "n.xmin::text AS ns_xmin, n.ctid::text AS ns_ctid"
 # The general path's first statement: the namespace, the session row locked (positions are
 # allocated under this lock, so they are gap-free), and an earlier event with this key. $5 is
-# the actor's key.
+# the actor's key. Without an idempotency key the event is not joined at all (_UNKEYED): a join
+# condition that a NULL parameter makes constant-false leaves Citus no shard of that table to
+# route to, and it plans the whole statement over every shard (docs/scaling.md).
+_REPLAY_COLUMNS = "r.public_id::text AS replay_id, r.turns_hash AS replay_hash"
+
+
+def _replay_join(key: str, actor_key: str) -> str:
+    return f"""
+LEFT JOIN aidb_memory.event r
+       ON r.actor_key = {actor_key} AND r.namespace_id = n.id AND r.actor_id = $2
+      AND r.idempotency_key = {key}"""
+
+
 _LOCK_FOR_ADD = f"""
-SELECT {NS_COLUMNS}, {_NS_VERSION},
+SELECT {NS_COLUMNS},
        s.id AS ref, s.next_seq, s.total_chars, s.closed_at IS NOT NULL AS closed,
        s.tail_sequence_id, s.tail_round_start, s.open_calls, s.tail_joinable, s.tail_item_type,
        s.pinned_seq, l.ahead_at, l.read_budget,
-       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
+       {_REPLAY_COLUMNS}
 FROM aidb_memory.session s
 JOIN aidb_memory.namespace n ON n.id = s.namespace_id
 -- Where a compaction task becomes due (compactor._remember); read, never locked.
-LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id
-LEFT JOIN aidb_memory.event r
-       ON $4::text IS NOT NULL AND r.actor_key = $5 AND r.namespace_id = n.id AND r.actor_id = $2
-      AND r.idempotency_key = $4
+LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id\
+{_replay_join("$4", "$5")}
 WHERE n.name = $1
   AND s.actor_key = $5 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
 _NAMESPACE_AND_KEY = f"""
-SELECT {NS_COLUMNS}, {_NS_VERSION},
-       r.public_id::text AS replay_id, r.turns_hash AS replay_hash
-FROM aidb_memory.namespace n
-LEFT JOIN aidb_memory.event r
-       ON $3::text IS NOT NULL AND r.actor_key = $4 AND r.namespace_id = n.id AND r.actor_id = $2
-      AND r.idempotency_key = $3
+SELECT {NS_COLUMNS},
+       {_REPLAY_COLUMNS}
+FROM aidb_memory.namespace n\
+{_replay_join("$3", "$4")}
 WHERE n.name = $1
 """
+# The same statements for a call without an idempotency key.
+_UNKEYED = {
+    sql: sql.replace(_REPLAY_COLUMNS, "NULL::text AS replay_id, NULL::text AS replay_hash").replace(
+        join, ""
+    )
+    for sql, join in (
+        (_LOCK_FOR_ADD, _replay_join("$4", "$5")),
+        (_NAMESPACE_AND_KEY, _replay_join("$3", "$4")),
+    )
+}
 # The second statement: the event, the turns, the session's counters and tail. With an
 # idempotency key the event insert may meet a concurrent twin (committed after our snapshot);
 # then nothing else is written and no row comes back. $33 is the actor's key.
@@ -148,6 +162,10 @@ _QUEUE_TYPES = ("bigint", "text", "text", "bigint", "int", "bigint")
 # committed first is seen there, as in _LOCK_FOR_ADD). No row comes back when the namespace row
 # is another version now, the session is missing, closed or has another tail: nothing is
 # written, and add takes the general path. $32 is the actor's key.
+# The namespace row's version is what validated the batch: its config and model_spec ($2, $3, as
+# _known holds them), and the row ACTIVE. Not its xmin and ctid: on Citus the namespace is a
+# reference table, and each node's copy of a row has its own (this statement reads the copy on
+# the session's worker, which another actor's add may have cached from another node's copy).
 _FAST_STORE = """
 WITH s AS (
     UPDATE aidb_memory.session AS s
@@ -159,7 +177,8 @@ WITH s AS (
         pinned_seq = s.pinned_seq + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $15 ELSE 0 END,
         pinned_chars = s.pinned_chars + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $16 ELSE 0 END
     FROM aidb_memory.namespace AS n
-    WHERE n.name = $1 AND n.xmin = $2 AND n.ctid = $3 AND session_user = $4
+    WHERE n.name = $1 AND n.config = $2::jsonb AND n.model_spec = $3::jsonb
+      AND n.state = 'ACTIVE' AND session_user = $4
       AND s.actor_key = $32 AND s.namespace_id = n.id AND s.actor_id = $5 AND s.session_id = $6
       AND s.closed_at IS NULL AND s.open_calls = '{}'
       AND NOT ($17 AND (s.tail_item_type = 'reasoning' OR right(s.tail_item_type, 5) = '_call'))
@@ -197,15 +216,15 @@ _FAST_STORE_NO_AHEAD = _FAST_STORE.replace(
     "\nLEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $32 AND l.session_ref = s.id", ""
 )
 _FAST_TYPES = (
-    *("text", "xid", "tid", "text", "text", "text", "int", "bigint", "text", "bigint"),
+    *("text", "text", "text", "text", "text", "text", "int", "bigint", "text", "bigint"),
     *("text[]", "bigint", "boolean", "text", "bigint", "bigint", "boolean", "text", "text"),
     *("bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 9,
     "bigint",
 )
-# Per backend: each namespace's row as add last read it (with its version, _NS_VERSION), whose
-# config validates the batches of the one-statement path. Bounded: cleared when it grows past
-# _KNOWN_MAX namespaces.
+# Per backend: each namespace's row as add last read it, whose config validates the batches of
+# the one-statement path (which writes only while the row still has that config, _FAST_STORE).
+# Bounded: cleared when it grows past _KNOWN_MAX namespaces.
 _known: dict[str, Any] = {}
 _KNOWN_MAX = 64
 _NO_TURNS: tuple[Any, ...] = ([],) * 10
@@ -412,14 +431,14 @@ def _first(
     if session_id is None:
         return one(
             db.execute(
-                _NAMESPACE_AND_KEY,
+                _NAMESPACE_AND_KEY if idempotency_key is not None else _UNKEYED[_NAMESPACE_AND_KEY],
                 ("text", "text", "text", "bigint"),
                 (namespace_name, actor_id, idempotency_key, actor_key),
             )
         )
     return one(
         db.execute(
-            _LOCK_FOR_ADD,
+            _LOCK_FOR_ADD if idempotency_key is not None else _UNKEYED[_LOCK_FOR_ADD],
             ("text", "text", "text", "text", "bigint"),
             (namespace_name, actor_id, session_id, idempotency_key, actor_key),
         )
@@ -482,8 +501,8 @@ def _fast_add(
         _FAST_TYPES,
         (
             namespace_name,
-            row["ns_xmin"],
-            row["ns_ctid"],
+            row["config"],
+            row["model_spec"],
             row["caller"],
             actor,
             sid,

@@ -200,7 +200,7 @@ INSERT INTO aidb_memory.runtime_bytecode (name, magic, python, source_md5, code)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (name) DO UPDATE
     SET magic = EXCLUDED.magic, python = EXCLUDED.python, source_md5 = EXCLUDED.source_md5,
-        code = EXCLUDED.code, compiled_at = pg_catalog.now()
+        code = EXCLUDED.code, compiled_at = EXCLUDED.compiled_at
 """
 _DROP_GONE = """
 DELETE FROM aidb_memory.runtime_bytecode AS b

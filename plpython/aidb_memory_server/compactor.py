@@ -89,6 +89,8 @@ DELETE FROM aidb_memory.compaction_lock
 WHERE actor_key = $1 AND session_ref = $2
   AND NOT EXISTS (SELECT 1 FROM aidb_memory.session WHERE actor_key = $1 AND id = $2)
 """
+# The lateral subquery filters on the key itself ($1): Citus routes a correlated key to every
+# shard.
 _STATE = """
 SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) > 0 AS open,
        s.pinned_seq, s.pinned_chars,
@@ -97,7 +99,7 @@ SELECT s.next_seq, s.total_chars, s.tail_round_start, cardinality(s.open_calls) 
 FROM aidb_memory.session s
 LEFT JOIN LATERAL (
     SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary x
-    WHERE x.actor_key = s.actor_key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+    WHERE x.actor_key = $1 AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
 ) m ON true
 WHERE s.actor_key = $1 AND s.id = $2
 """

@@ -28,3 +28,13 @@ def execute(sql: str, types: Sequence[str] = (), params: Sequence[Any] = ()) -> 
 def notice(message: str) -> None:
     """Send a NOTICE to the client."""
     plpy.notice(message)
+
+
+def clock() -> str:
+    """The wall clock now, as ``clock_timestamp()`` reads it (ISO 8601, UTC), for a statement to
+    take as a ``timestamptz`` parameter: Citus refuses a VOLATILE function in an UPDATE of a
+    distributed or reference table, and any non-IMMUTABLE one in ON CONFLICT DO UPDATE SET
+    (docs/scaling.md), so a write that must record the time passes it in, on one server too."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat()

@@ -718,8 +718,27 @@ SELECT (SELECT count(*) FROM aidb_memory.session WHERE namespace_id = $1) AS ses
             UNION SELECT actor_id FROM aidb_memory.event WHERE namespace_id = $1
             UNION SELECT actor_id FROM aidb_memory.memory WHERE namespace_id = $1) a) AS actors
 """
-# Sessions (turns, summaries), events, memories and their history go by ON DELETE CASCADE;
-# model_usage keeps its rows (no content) with namespace_id set to NULL.
+# What refers to an event by a NO ACTION foreign key goes first, in this order: sessions (their
+# turns and summaries by ON DELETE CASCADE), then the history of memories and the memories. On
+# one server the cascade from the namespace alone would do, whatever order its triggers fire in;
+# on Citus each shard's cascade statement checks the NO ACTION keys on its own, and one that
+# deleted events before the turns that refer to them fails (turn_event_ref_fkey).
+_DROP_REFERRERS = (
+    """
+-- spans actors: namespace_drop
+DELETE FROM aidb_memory.session WHERE namespace_id = $1
+""",
+    """
+-- spans actors: namespace_drop
+DELETE FROM aidb_memory.memory_history WHERE namespace_id = $1
+""",
+    """
+-- spans actors: namespace_drop
+DELETE FROM aidb_memory.memory WHERE namespace_id = $1
+""",
+)
+# Events and the rest go by ON DELETE CASCADE; model_usage keeps its rows (no content) with
+# namespace_id set to NULL.
 _DROP = """
 -- spans actors: namespace_drop
 DELETE FROM aidb_memory.namespace WHERE id = $1
@@ -758,6 +777,8 @@ def namespace_drop(name: str | None, reason: str | None) -> str:
     ident = int(rows[0]["id"])
     row = db.execute(_NAMESPACE_COUNTS, ("bigint",), (ident,))[0]
     counts = {k: int(row[k]) for k in ("actors", "sessions", "turns", "events", "memories")}
+    for statement in _DROP_REFERRERS:
+        db.execute(statement, ("bigint",), (ident,))
     db.execute(_DROP, ("bigint",), (ident,))
     text = json.dumps(counts)
     db.execute(

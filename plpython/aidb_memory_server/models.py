@@ -202,7 +202,7 @@ _UPSERT_MODEL = """
 INSERT INTO aidb_memory.model (name, provider, options)
 VALUES ($1, $2, $3::jsonb)
 ON CONFLICT (name) DO UPDATE
-SET provider = excluded.provider, options = excluded.options, updated_at = clock_timestamp()
+SET provider = excluded.provider, options = excluded.options, updated_at = $4
 RETURNING id
 """
 _LOCK_MODEL = "SELECT id FROM aidb_memory.model WHERE name = $1 FOR UPDATE"
@@ -218,10 +218,10 @@ _UPSERT_SECRET = """
 INSERT INTO aidb_memory.secret AS s (name, value, endpoints)
 VALUES ($1, $2, coalesce($3, ARRAY[$4]))
 ON CONFLICT (name) DO UPDATE
-SET value = excluded.value, endpoints = coalesce($3, s.endpoints), updated_at = clock_timestamp()
+SET value = excluded.value, endpoints = coalesce($3, s.endpoints), updated_at = $5
 RETURNING endpoints
 """
-_UPSERT_SECRET_TYPES = ("text", "text", "text[]", "text")
+_UPSERT_SECRET_TYPES = ("text", "text", "text[]", "text", "timestamptz")
 _LOCK_SECRET_FOR_DROP = "SELECT id FROM aidb_memory.secret WHERE name = $1 FOR UPDATE"
 _SECRET_USERS = """
 SELECT string_agg(pg_catalog.quote_ident(name), ', ' ORDER BY name) AS names
@@ -257,7 +257,11 @@ def create_model(model_name: str | None, prov: str | None, options: str | None) 
     if env is not None:
         pattern = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
         require_env_allowed(fn, env, pattern[0]["value"] if pattern.nrows() else None)
-    rows = db.execute(_UPSERT_MODEL, ("text", "text", "text"), (model_name, prov, json.dumps(opts)))
+    rows = db.execute(
+        _UPSERT_MODEL,
+        ("text", "text", "text", "timestamptz"),
+        (model_name, prov, json.dumps(opts), db.clock()),
+    )
     return int(rows[0]["id"])
 
 
@@ -332,7 +336,7 @@ def set_secret(
     rows = db.execute(
         _UPSERT_SECRET,
         _UPSERT_SECRET_TYPES,
-        (secret_name, value, bound, endpoints.OPENAI_DEFAULT),
+        (secret_name, value, bound, endpoints.OPENAI_DEFAULT, db.clock()),
     )
     stored = list(rows[0]["endpoints"])
     # After the upsert: its row lock makes a concurrent create_model naming this secret commit

@@ -18,12 +18,19 @@ _SELECT = """
 SELECT id, model_spec::text, config::text, state FROM aidb_memory.namespace WHERE name = $1
 """
 _LOCK = _SELECT + "FOR UPDATE"
+# The time is a parameter (db.clock) and the timestamps are formatted outside the UPDATE: Citus
+# takes neither a VOLATILE function in an UPDATE of a reference table nor a STABLE one (to_json)
+# in its RETURNING.
 _UPDATE = """
-UPDATE aidb_memory.namespace
-SET model_spec = $2::jsonb, config = $3::jsonb, state = $4, updated_at = clock_timestamp()
-WHERE id = $1
-RETURNING id, name, model_spec::text, config::text, state,
-          to_json(created_at) #>> '{}' AS created_at, to_json(updated_at) #>> '{}' AS updated_at
+WITH u AS (
+    UPDATE aidb_memory.namespace
+    SET model_spec = $2::jsonb, config = $3::jsonb, state = $4, updated_at = $5
+    WHERE id = $1
+    RETURNING id, name, model_spec, config, state, created_at, updated_at
+)
+SELECT id, name, model_spec::text, config::text, state,
+       to_json(created_at) #>> '{}' AS created_at, to_json(updated_at) #>> '{}' AS updated_at
+FROM u
 """
 # The built-in text search configurations (config.text_search_config): only pg_catalog's, which
 # no user can replace, so that what memory.lexemes holds is made by code the server owns.
@@ -95,8 +102,8 @@ def namespace_update(
     models.require_registered(fn, new_models)  # only what changes: the rest was checked
     updated = db.execute(
         _UPDATE,
-        ("bigint", "text", "text", "text"),
-        (row["id"], json.dumps(spec), json.dumps(cfg), new_state),
+        ("bigint", "text", "text", "text", "timestamptz"),
+        (row["id"], json.dumps(spec), json.dumps(cfg), new_state, db.clock()),
     )
     before = validation.effective_config(json.loads(row["config"]))["text_search_config"]
     after = validation.effective_config(cfg)["text_search_config"]

@@ -272,8 +272,8 @@ def one(rows: Any) -> Any:
 # before the statement runs).
 _NAMESPACE_AND_SESSION = f"""
 SELECT {NS_COLUMNS}, {_READ_SETTING_COLUMNS}, n.model_spec->>'llm' AS ns_llm,
-       s.id AS ref, s.next_seq, s.total_chars, s.open_calls, s.tail_round_start,
-       s.pinned_seq, s.pinned_chars,
+       s.id AS ref, s.xmin::text AS version, s.next_seq, s.total_chars, s.open_calls,
+       s.tail_round_start, s.pinned_seq, s.pinned_chars,
        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
        coalesce(m.chars, 0) AS newest_summary_chars
 FROM aidb_memory.namespace n
@@ -308,6 +308,8 @@ FROM aidb_memory.turn AS t WHERE t.actor_key = $1 AND t.session_ref = $2 AND t.s
 _NO_SESSION: dict[str, Any] = {
     "actor_key": None,
     "session_ref": None,
+    "session_version": None,
+    "summary_seq": 0,
     "lo_offset": 0,
     "lo_seq": 0,
     "hi_offset": 0,
@@ -364,8 +366,13 @@ def session_read_plan(
     (``newest_round_over_budget``, or ``limit_items_round_split`` when the newest turn fits and
     only the rule of tool results keeps it out); the SQL adds it.
 
-    The SQL function is STABLE, so these queries run in the snapshot of the window query that
-    calls it: the bounds and the turns they select are one consistent state of the session.
+    The read statement runs after this plan, in a statement of its own (Citus routes it to the
+    actor's shard only with the key as a parameter, and cannot run this function there), so it
+    checks that it reads the state planned here: ``session_version`` (the session row's xmin:
+    every add, pop, end or delete of the session writes that row) is still the session's, and it
+    takes no summary newer than ``summary_seq`` (the newest one here; a compaction adds summaries
+    without writing the session row). The SQL function is STABLE: its own queries run in one
+    snapshot on one server.
     """
     fn = caller if caller in READERS else "session_get"
     if namespace_name is None:
@@ -377,7 +384,11 @@ def session_read_plan(
     identifier(fn, "session_id", session_id, ns.setting("max_identifier_chars"))
     budget.check_limits(fn, limit_chars, limit_turns, limit_items)
     if s["ref"] is None:
-        return dict(_NO_SESSION)
+        # The key all the same, a session_ref no session has (ids start at 1) and the version
+        # of none (''): the read statement finds nothing on the actor's shard. With NULLs,
+        # Citus would prune every shard and plan the statement on none, which it cannot do
+        # with the check's xmin (invalid attnum -2 for rangetable entry s).
+        return {**_NO_SESSION, "actor_key": key, "session_ref": 0, "session_version": ""}
     assert key is not None  # the session was joined by it
     ref, next_seq = int(s["ref"]), int(s["next_seq"])
     warnings: list[str] = []
@@ -396,6 +407,8 @@ def session_read_plan(
     plan: dict[str, Any] = {
         "actor_key": key,
         "session_ref": ref,
+        "session_version": s["version"],
+        "summary_seq": int(s["covered_seq"]),
         "lo_offset": pin_chars,
         "lo_seq": pin_seq + 1,
         "hi_offset": end_offset,
@@ -504,11 +517,12 @@ WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND session_id = $3
 FOR NO KEY UPDATE
 """
 _LOCK_SESSION_TYPES = ("bigint", "text", "text", "bigint")
-# The handoff is built from stored facts only (no model call), so it is deterministic.
-_CLOSE = """
-UPDATE aidb_memory.session s
-SET closed_at = now(), updated_at = now(),
-    handoff = jsonb_build_object(
+# The handoff is built from stored facts only (no model call), so it is deterministic. It is
+# read first and then written as a parameter: Citus takes no STABLE function called with column
+# references (jsonb_build_object of the session's columns) in an UPDATE of a distributed table,
+# nor one (to_json) in its RETURNING. now() is the transaction's time in both statements.
+_HANDOFF = """
+SELECT jsonb_build_object(
         'notes', $2::text,
         'session_id', s.session_id,
         'agent_id', s.agent_id,
@@ -517,15 +531,19 @@ SET closed_at = now(), updated_at = now(),
         'turn_count', s.next_seq - 1,
         'last_user_prompt',
             (SELECT t.content FROM aidb_memory.turn t
-             WHERE t.actor_key = s.actor_key AND t.session_ref = s.id
-               AND t.seq = s.last_user_seq),
+             WHERE t.actor_key = $3 AND t.session_ref = s.id AND t.seq = s.last_user_seq),
         'summary',
             (SELECT jsonb_build_object('content', m.content, 'from_seq', m.from_seq,
                                        'to_seq', m.to_seq, 'model', m.model)
-             FROM aidb_memory.summary m WHERE m.actor_key = s.actor_key AND m.session_ref = s.id
-             ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))
+             FROM aidb_memory.summary m WHERE m.actor_key = $3 AND m.session_ref = s.id
+             ORDER BY m.to_seq DESC, m.id DESC LIMIT 1))::text AS handoff,
+       to_json(now()) #>> '{}' AS closed_at
+FROM aidb_memory.session s
 WHERE s.actor_key = $3 AND s.id = $1
-RETURNING handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
+"""
+_CLOSE = """
+UPDATE aidb_memory.session SET closed_at = now(), updated_at = now(), handoff = $2::jsonb
+WHERE actor_key = $3 AND id = $1
 """
 _STORED_HANDOFF = """
 SELECT handoff::text AS handoff, to_json(closed_at) #>> '{}' AS closed_at
@@ -549,14 +567,21 @@ def session_end(
     ref = rows[0]["id"]
     if rows[0]["closed"]:
         return [dict(db.execute(_STORED_HANDOFF, ("bigint", "bigint"), (ref, key))[0])]
-    return [dict(db.execute(_CLOSE, ("bigint", "text", "bigint"), (ref, notes, key))[0])]
+    closed = dict(db.execute(_HANDOFF, ("bigint", "text", "bigint"), (ref, notes, key))[0])
+    db.execute(_CLOSE, ("bigint", "text", "bigint"), (ref, closed["handoff"], key))
+    return [closed]
 
 
 # --- session_pop -------------------------------------------------------------------------------
 
+# The item is built outside the DELETE: Citus takes no STABLE function (jsonb_build_object) in
+# the RETURNING of a write to a distributed table.
 _POP = f"""
-DELETE FROM aidb_memory.turn t WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
-RETURNING t.chars, t.role, ({_TURN_ITEM})::text AS item
+WITH t AS (
+    DELETE FROM aidb_memory.turn t WHERE t.actor_key = $3 AND t.session_ref = $1 AND t.seq = $2
+    RETURNING t.*
+)
+SELECT t.chars, t.role, ({_TURN_ITEM})::text AS item FROM t
 """
 # The session's compaction lock row (migration 0007_locks). Taken before the session row: the
 # compaction holding it needs that row (FOR KEY SHARE, for its summary's foreign key), so the other
@@ -594,11 +619,12 @@ _DROP_COVERING = """
 DELETE FROM aidb_memory.summary WHERE actor_key = $3 AND session_ref = $1 AND to_seq >= $2
 """
 # The tail's sequence_id is the effective one (turns.effective_sequence_ids): a tool result
-# without its own carries that of the turn before it.
+# without its own carries that of the turn before it. The subquery filters on the key itself
+# ($3), not on t's: Citus routes a correlated key to every shard.
 _TAIL_TURN = """
 SELECT t.round_start,
        (SELECT e.meta->>'sequence_id' FROM aidb_memory.turn e
-        WHERE e.actor_key = t.actor_key AND e.session_ref = $1 AND e.seq <= $2
+        WHERE e.actor_key = $3 AND e.session_ref = $1 AND e.seq <= $2
           AND (e.role <> 'tool' OR e.meta->>'sequence_id' IS NOT NULL)
         ORDER BY e.seq DESC LIMIT 1) AS sequence_id
 FROM aidb_memory.turn t

@@ -496,6 +496,29 @@ SETTINGS = [
 ]
 
 
+# Functions pinned to generic plans (``SET plan_cache_mode = force_generic_plan``: search,
+# session_get and session_messages, whose statements cost more to plan than to run on one
+# server). Citus runs a generic plan only of a
+# statement on one table ("fast path"); of any other it cannot make one ("could not create
+# distributed plan"), so it plans such statements for each call's values (which is how it routes
+# them by the key). On Citus those functions plan each call.
+_GENERIC_FUNCTIONS = """
+SELECT p.oid::pg_catalog.regprocedure::text
+FROM pg_catalog.pg_proc p
+WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s)::oid
+  AND 'plan_cache_mode=force_generic_plan' OPERATOR(pg_catalog.=) ANY (p.proconfig)
+ORDER BY 1
+"""
+CUSTOM_PLANS = "plan_cache_mode = force_custom_plan"
+
+
+def generic_plans(conn: Connection) -> list[str]:
+    """The statements that make the functions pinned to generic plans plan each call instead
+    (none when the install made none, or after they ran)."""
+    rows = conn.execute(_GENERIC_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
+    return [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows]
+
+
 def plan(cat: Catalog, done: dict[str, tuple[str, str | None]]) -> Plan:
     """The statements still to run, given the Citus tables ``done``; refuses (CliError) a table
     that Citus already holds in another way than ours."""
@@ -567,16 +590,22 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
         return lines
     check(cat)
     steps = plan(cat, distributed(conn) if version else {})
+    custom = generic_plans(conn)
     conn.rollback()
     if dry_run:
         if not steps.distribute:
             say("citus: every table is distributed already")
-        for line in steps.sql():
+        for line in steps.sql() + custom:
             say(f"citus: would run: {line}")
-        return steps.sql()
+        return steps.sql() + custom
     if not steps.distribute:
         say(f"citus: every table is distributed already (Citus {version})")
-        return []
+        if custom:
+            with conn.transaction():
+                _pin(conn)
+                _custom_plans(conn, custom, say)
+                record(conn)
+        return custom
     with conn.transaction():
         _pin(conn)
         for line in steps.settings + steps.drop:
@@ -596,27 +625,42 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
             conn.execute(line.encode())
         if steps.add:
             say(f"citus: {len(steps.add)} foreign keys added again (Citus checked each)")
+        _custom_plans(conn, custom, say)
         # What verify compares with, as the install recorded it, now with what Citus added
-        # (an internal trigger per table): the install just checked that nothing else changed.
-        for line in record():
-            conn.execute(line.encode())
-    return steps.sql()
+        # (an internal trigger per table) and the plans above: the install just checked that
+        # nothing else changed.
+        record(conn)
+    return steps.sql() + custom
 
 
-def record() -> list[str]:
+def _custom_plans(conn: Connection, statements: list[str], say: Callable[[str], None]) -> None:
+    """Run :func:`generic_plans`' statements (the install, run again, pins them again)."""
+    for line in statements:
+        conn.execute(line.encode())
+        function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {CUSTOM_PLANS}")
+        say(f"citus: {function} plans each call ({CUSTOM_PLANS})")
+
+
+def record(conn: Connection) -> None:
     """Re-record the catalog the install recorded (``catalog_code``, ``catalog_schema``,
-    ``catalog_fingerprint``), so that ``verify`` compares with the distributed tables."""
-    settings = f"{SCHEMA}.runtime_settings"
-    out = [
-        f"UPDATE {settings} SET value = ({catalog.lines_query(part)}), updated_at = now() "
-        f"WHERE key OPERATOR(pg_catalog.=) '{key}'"
-        for part, key in ((catalog.CODE, "catalog_code"), (catalog.SCHEMA_PART, "catalog_schema"))
-    ]
-    out.append(
-        f"UPDATE {settings} SET value = {SCHEMA}.catalog_fingerprint(), updated_at = now() "
-        "WHERE key OPERATOR(pg_catalog.=) 'catalog_fingerprint'"
-    )
-    return out
+    ``catalog_fingerprint``), so that ``verify`` compares with the distributed tables.
+
+    The values are read first and written as parameters: ``runtime_settings`` is a reference
+    table by now, and Citus plans a write to it on its own, refusing a subquery over the system
+    catalog in it (``relation pg_proc is not distributed``)."""
+    queries = {
+        "catalog_code": catalog.lines_query(catalog.CODE),
+        "catalog_schema": catalog.lines_query(catalog.SCHEMA_PART),
+        "catalog_fingerprint": f"SELECT {SCHEMA}.catalog_fingerprint()",
+    }
+    for key, query in queries.items():
+        row = conn.execute(query.encode()).fetchone()
+        assert row is not None
+        conn.execute(
+            f"UPDATE {SCHEMA}.runtime_settings SET value = %s, updated_at = pg_catalog.now() "
+            "WHERE key OPERATOR(pg_catalog.=) %s",
+            (row[0], key),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,7 +111,8 @@ def _record_and_check(conn: Connection, directory: Path) -> str:
         conn.execute(
             "INSERT INTO aidb_memory.runtime_settings (key, value) "
             "VALUES ('server_pythonpath', %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
+            "ON CONFLICT (key) DO UPDATE "
+            "SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at",
             (str(directory),),
         )
         info = probe_server_python(conn, SERVER_MODULE)

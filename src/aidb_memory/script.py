@@ -438,7 +438,7 @@ def schema_record_step() -> Step:
         do_block(
             f"""current := ({catalog.lines_query(catalog.SCHEMA_PART)});
 INSERT INTO {SCHEMA}.runtime_settings (key, value) VALUES ('catalog_schema', current)
-ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at
 WHERE {SCHEMA}.runtime_settings.value IS DISTINCT FROM EXCLUDED.value;""",
             declare="    current text;",
         ),
@@ -530,10 +530,13 @@ END IF;"""
         "generation": bundle.generation,
         "code_checksum": bundle.checksum,
     }
+    # updated_at = EXCLUDED.updated_at, the column's default (now()): on Citus these tables are
+    # reference tables, and Citus takes only IMMUTABLE functions in DO UPDATE SET.
     upsert_settings = "\n".join(
         f"    INSERT INTO {SCHEMA}.runtime_settings (key, value)\n"
         f"    VALUES ({literal(k)}, {literal(v)})\n"
-        "    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();"
+        "    ON CONFLICT (key) DO UPDATE\n"
+        "        SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;"
         for k, v in settings.items()
     )
     steps.append(Step("triggers", do_block(_ENABLE_TRIGGERS, declare="    r record;")))
@@ -544,14 +547,19 @@ END IF;"""
                 f"""IF {_CODE_FLAG} THEN
 {upsert_settings}
     -- The catalog fingerprint is taken after everything else, so verify can detect hand edits.
+    -- Read into variables first: on Citus runtime_settings is a reference table, and a write
+    -- to it cannot take a subquery over the system catalog (docs/scaling.md).
+    fingerprint := {SCHEMA}.catalog_fingerprint();
+    code := ({catalog.lines_query(catalog.CODE)});
     INSERT INTO {SCHEMA}.runtime_settings (key, value)
-    VALUES ('catalog_fingerprint', {SCHEMA}.catalog_fingerprint())
-    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    VALUES ('catalog_fingerprint', fingerprint)
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
     INSERT INTO {SCHEMA}.runtime_settings (key, value)
-    VALUES ('catalog_code', ({catalog.lines_query(catalog.CODE)}))
-    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    VALUES ('catalog_code', code)
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
     {_notice(f"installed version {__version__}")}
-END IF;"""
+END IF;""",
+                declare="    fingerprint text;\n    code text;",
             ),
         )
     )

@@ -1,12 +1,12 @@
 """The installed schema against the rules Citus sets for distributed and reference tables
 (docs/scaling.md, "The rules it follows"; issue 15).
 
-This machine cannot run Citus, so these catalog checks are the proof that ``install --citus``
-(aidb_memory.citus) can distribute the schema: each rule is checked on the installed schema, and
-each check is shown to fail on a table or constraint built to break it (in a transaction that is
-rolled back). ``install --citus`` itself runs against a stand-in for Citus's functions and
-catalog (the calls it makes, their order, the foreign keys around them, idempotence), and is
-refused on a database without the citus extension.
+These catalog checks hold the schema to Citus's rules without a cluster
+(tests/db/test_citus_cluster.py runs ``install --citus`` and the API on a real one): each rule is
+checked on the installed schema, and each check is shown to fail on a table or constraint built
+to break it (in a transaction that is rolled back). ``install --citus`` itself runs against a
+stand-in for Citus's functions and catalog (the calls it makes, their order, the foreign keys
+around them, idempotence), and is refused on a database without the citus extension.
 """
 
 from __future__ import annotations
@@ -269,6 +269,15 @@ def _expected_calls(tables: list[str] | None = None) -> list[str]:
     return out
 
 
+# The functions that pin generic plans, which install --citus makes plan each call.
+GENERIC_FUNCTIONS = [
+    "aidb_memory.search(text,text,text,integer,text,text)",
+    "aidb_memory.search_py(text,text,text,integer,text,text)",
+    "aidb_memory.session_get(text,text,text,integer,text,integer,integer)",
+    "aidb_memory.session_messages(text,text,text,integer,text,integer,integer,text)",
+]
+
+
 def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     db = fake_citus
     before = _foreign_keys(db)
@@ -284,7 +293,13 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert ran[: len(citus.SETTINGS)] == citus.SETTINGS
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
-    assert said[-1] == f"citus: {len(before)} foreign keys added again (Citus checked each)"
+    # Then the functions pinned to generic plans plan each call.
+    custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in GENERIC_FUNCTIONS]
+    assert said[-5:] == [
+        f"citus: {len(before)} foreign keys added again (Citus checked each)",
+        *custom,
+    ]
+    assert ran[-4:] == [f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in GENERIC_FUNCTIONS]
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 

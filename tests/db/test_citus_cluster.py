@@ -1,0 +1,633 @@
+"""aidb_memory on a real Citus cluster (issue 25): a coordinator and two workers on loopback
+(tests/deployments.py), one cluster for the module.
+
+``install --citus`` and its re-run (what an upgrade runs), an upgrade from the previous release
+with data, every function a role may execute called through the coordinator as that role with
+the same expectations as on one server, the worker, and what each hot call sends to the workers:
+the shards of one shard index, never more.
+
+Without the citus extension (../shared/citus/build.sh installs it) every test here is skipped,
+with that reason in the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from test_upgrade_releases import LAST_RELEASE_BEFORE_ISSUE_23, _git, _install_release
+
+from aidb_memory import citus
+from aidb_memory.throwaway import ThrowawayServer
+from aidb_memory.worker import key_ranges
+from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
+from deployments import CitusCluster, citus_available, citus_cluster
+from fake_openai import FakeOpenAI, Reply, serve
+
+DB = "citus_app"
+NS = "cns"
+SKIP_REASON = "the citus extension is not installed here (run ../shared/citus/build.sh as root)"
+
+
+class Node:
+    """One database of the cluster, reached through the coordinator."""
+
+    def __init__(self, cluster: CitusCluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+
+    def dsn(self, user: str = "postgres") -> str:
+        return self.cluster.dsn(self.name, user)
+
+    def connect(self, user: str = "postgres", autocommit: bool = True) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn(user), autocommit=autocommit)
+
+    def sql(self, query: str, params: Any = None, user: str = "postgres") -> list[tuple[Any, ...]]:
+        with self.connect(user) as conn:
+            cur = conn.execute(query, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def value(self, query: str, params: Any = None, user: str = "postgres") -> Any:
+        rows = self.sql(query, params, user)
+        return rows[0][0] if rows else None
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_server: ThrowawayServer) -> Iterator[CitusCluster]:
+    if not citus_available(pg_server):
+        pytest.skip(SKIP_REASON)
+    with citus_cluster() as started:
+        yield started
+
+
+def _install(node: Node) -> None:
+    result = run_cli("install", "--citus", dsn=node.dsn())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "citus: " in result.stdout
+
+
+def _verify(node: Node) -> None:
+    result = run_cli("verify", dsn=node.dsn())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def node(cluster: CitusCluster, server_pylib: Path, template_db: Database) -> Node:
+    """The database of the module: aidb_memory installed with ``install --citus``, the login
+    roles of the suite (Citus creates them on the workers too), the server's packages (which
+    ``deps`` puts in ``server_pylib`` for the template: the model calls need them)."""
+    cluster.create_database(DB)
+    db = Node(cluster, DB)
+    _install(db)
+    with db.connect() as conn:
+        for user, group in (
+            (APP_USER, "aidb_users"),
+            (ADMIN_USER, "aidb_admins"),
+            (WORKER_USER, "aidb_workers"),
+        ):
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone()
+            if not exists:
+                conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE {group}")
+        # What `deps` recorded for the suite's server (one host: the same directory serves).
+        conn.execute(
+            "INSERT INTO aidb_memory.runtime_settings (key, value) "
+            "VALUES ('server_pythonpath', %s)",
+            (str(server_pylib),),
+        )
+    return db
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeOpenAI]:
+    with serve() as server:
+        yield server
+
+
+# --- install ----------------------------------------------------------------------------------
+
+
+def test_install_citus_distributes_every_table_and_verify_is_clean(node: Node) -> None:
+    with node.connect() as conn:
+        done = citus.distributed(conn)
+    want = {
+        s.table: citus._wanted(s)  # the kinds install --citus asks for
+        for s in citus.statements()
+    }
+    assert done == want
+    # One co-location group for every per-actor table.
+    groups = node.sql(
+        "SELECT DISTINCT colocationid FROM pg_dist_partition "
+        "WHERE logicalrelid::regclass::text = ANY(%s)",
+        ([f"aidb_memory.{t}" for t in citus.PER_ACTOR_TABLES],),
+    )
+    assert len(groups) == 1
+    _verify(node)
+    again = run_cli("install", "--citus", dsn=node.dsn())
+    assert again.returncode == 0, again.stderr
+    assert "citus: every table is distributed already" in again.stdout
+    _verify(node)
+
+
+def test_upgrade_from_the_previous_release_with_data_then_install_citus(
+    cluster: CitusCluster, tmp_path: Path
+) -> None:
+    name = "citus_upgrade"
+    cluster.create_database(name)
+    db = Node(cluster, name)
+    tree = tmp_path / "release"
+    _git("worktree", "add", "--detach", str(tree), LAST_RELEASE_BEFORE_ISSUE_23)
+    try:
+        _install_release(db, tree)  # type: ignore[arg-type]  # Node has dsn() and value()
+        db.sql("SELECT aidb_memory.init('up')")
+        for actor in ("alice", "bob"):
+            db.sql(
+                "SELECT aidb_memory.add('up', %s, %s::jsonb, 's1')",
+                (actor, json.dumps([{"role": "user", "content": f"I am {actor}"}])),
+            )
+        _install(db)  # the upgrade, then the tables distributed with their rows
+        _verify(db)
+        _install(db)
+        _verify(db)
+        with db.connect() as conn:
+            assert set(citus.distributed(conn)) == {s.table for s in citus.statements()}
+        assert db.value("SELECT count(*) FROM aidb_memory.turn") == 2
+        db.sql(
+            "SELECT aidb_memory.add('up', 'alice', %s::jsonb, 's1')",
+            (json.dumps([{"role": "assistant", "content": "hello"}]),),
+        )
+        rows = db.sql("SELECT session_id, turn_count FROM aidb_memory.session_list('up', 'alice')")
+        assert rows == [("s1", 2)]
+    finally:
+        _git("worktree", "remove", "--force", str(tree))
+        cluster.drop_database(name)
+
+
+# --- the API through the coordinator, as the roles that may call it ----------------------------
+
+
+def _turns(*contents: str) -> str:
+    roles = ("user", "assistant")
+    return json.dumps([{"role": roles[i % 2], "content": c} for i, c in enumerate(contents)])
+
+
+@pytest.fixture(scope="module")
+def ns(node: Node) -> str:
+    """A namespace without a model: extraction is verbatim (the worker stores what the user
+    said), no compaction."""
+    node.sql("SELECT aidb_memory.init(%s)", (NS,), user=ADMIN_USER)
+    return NS
+
+
+def test_sessions_as_the_application(node: Node, ns: str) -> None:
+    actor = "s-alice"
+
+    def app(query: str, *params: Any) -> list[tuple[Any, ...]]:
+        return node.sql(query, (ns, actor, *params), user=APP_USER)
+
+    assert app("SELECT session_id FROM aidb_memory.session_start(%s, %s, 'agent', 'a')") == [("a",)]
+    first = app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a')", _turns("hi", "hello"))[0][0]
+    app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a')", _turns("where?", "Porto"))
+    keyed = app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a', NULL, 'k1')", _turns("again"))
+    replay = app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a', NULL, 'k1')", _turns("again"))
+    assert keyed == replay and keyed[0][0] != first
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a', NULL, 'k1')", _turns("other"))
+    # Without a session: an event only.
+    assert app("SELECT aidb_memory.add(%s, %s, %s::jsonb)", _turns("no session"))[0][0]
+    status = app("SELECT aidb_memory.status(%s, %s, %s)", first)[0][0]
+    assert status["status"] in ("accepted", "skipped"), status
+    listed = app("SELECT session_id, turn_count FROM aidb_memory.session_list(%s, %s)")
+    assert listed == [("a", 5)]
+    popped = app("SELECT aidb_memory.session_pop(%s, %s, 'a')")[0][0]
+    assert (popped["role"], popped["content"], popped["seq"]) == ("user", "again", 5)
+    ended = app("SELECT handoff, closed_at FROM aidb_memory.session_end(%s, %s, 'a', 'notes')")
+    handoff = ended[0][0]
+    assert handoff["notes"] == "notes" and handoff["last_user_prompt"] == "where?"
+    assert handoff["turn_count"] == 4 and handoff["closed_at"]
+    again = app("SELECT handoff FROM aidb_memory.session_end(%s, %s, 'a', 'other')")
+    assert again[0][0] == handoff
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        app("SELECT aidb_memory.add(%s, %s, %s::jsonb, 'a')", _turns("closed"))
+    assert app("SELECT aidb_memory.session_delete(%s, %s, 'a', 'test')") == [(4,)]  # turns
+    assert app("SELECT * FROM aidb_memory.session_list(%s, %s)") == []
+
+
+def test_session_reads_as_the_application(node: Node, ns: str) -> None:
+    actor = "r-alice"
+    for i in range(5):
+        node.sql(
+            "SELECT aidb_memory.add(%s, %s, %s::jsonb, 'r')",
+            (ns, actor, _turns(f"question {i}", f"answer {i}")),
+            user=APP_USER,
+        )
+    items = node.value(
+        "SELECT items FROM aidb_memory.session_get(%s, %s, 'r')", (ns, actor), user=APP_USER
+    )
+    assert [i["content"] for i in items][-2:] == ["question 4", "answer 4"]
+    assert len(items) == 10
+    window = node.value(
+        "SELECT items FROM aidb_memory.session_get(%s, %s, 'r', limit_turns => 4)",
+        (ns, actor),
+        user=APP_USER,
+    )
+    assert [i["seq"] for i in window] == [7, 8, 9, 10]
+    messages = node.value(
+        "SELECT aidb_memory.session_messages(%s, %s, 'r', limit_turns => 2)",
+        (ns, actor),
+        user=APP_USER,
+    )
+    assert messages == [
+        {"role": "user", "content": "question 4"},
+        {"role": "assistant", "content": "answer 4"},
+    ]
+
+
+def test_memories_as_the_application(node: Node, ns: str) -> None:
+    actor = "m-alice"
+
+    def app(query: str, *params: Any) -> list[tuple[Any, ...]]:
+        return node.sql(query, (ns, actor, *params), user=APP_USER)
+
+    tea = app("SELECT aidb_memory.remember(%s, %s, 'I like green tea')")[0][0]
+    app("SELECT aidb_memory.remember(%s, %s, 'I live in Porto')")
+    listed = app("SELECT id, content FROM aidb_memory.list_memories(%s, %s)")
+    assert sorted(c for _i, c in listed) == ["I like green tea", "I live in Porto"]
+    assert app(
+        "SELECT aidb_memory.delete(%s, %s, %s::jsonb, 'test')", json.dumps({"ids": [str(tea)]})
+    ) == [(1,)]
+    assert [c for _i, c in app("SELECT id, content FROM aidb_memory.list_memories(%s, %s)")] == [
+        "I live in Porto"
+    ]
+    erased = app("SELECT aidb_memory.forget(%s, %s, 'test')")[0][0]
+    assert erased["memories"] == 1
+    assert app("SELECT * FROM aidb_memory.list_memories(%s, %s)") == []
+
+
+def test_search_without_an_embedding_model(node: Node, ns: str) -> None:
+    actor = "q-alice"
+    node.sql("SELECT aidb_memory.remember(%s, %s, 'I like green tea')", (ns, actor), user=APP_USER)
+    node.sql("SELECT aidb_memory.remember(%s, %s, 'I live in Porto')", (ns, actor), user=APP_USER)
+    hits = node.sql(
+        "SELECT content FROM aidb_memory.search(%s, %s, 'tea')", (ns, actor), user=APP_USER
+    )
+    assert hits[0] == ("I like green tea",)
+
+
+def test_search_with_an_embedding_model(node: Node, fake: FakeOpenAI) -> None:
+    """The vector signal: the worker embeds what remember stored, and a query whose words no
+    memory holds finds them by their vectors (the fake gives every text the same one)."""
+    opts = {"model": "fake-embedding", "base_url": fake.base_url, "max_retries": 0}
+    admin = {"user": ADMIN_USER}
+    node.sql("SELECT aidb_memory.create_model('cemb', 'openai', %s::jsonb)", (json.dumps(opts),),
+             **admin)  # fmt: skip
+    node.sql("SELECT aidb_memory.init('vec', '{\"embedding\": \"cemb\"}')", **admin)
+    for text in ("I like green tea", "I live in Porto"):
+        node.sql("SELECT aidb_memory.remember('vec', 'v-alice', %s)", (text,), user=APP_USER)
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        node.value(
+            "SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'v-alice' "
+            "AND embedding_model = 'cemb'"
+        )
+        == 2
+    )
+    before = len(fake.calls("/embeddings"))
+    hits = node.sql(
+        "SELECT content FROM aidb_memory.search('vec', 'v-alice', 'beverage')", user=APP_USER
+    )
+    assert sorted(c for (c,) in hits) == ["I like green tea", "I live in Porto"]
+    assert len(fake.calls("/embeddings")) == before + 1, "the query's embedding"
+
+
+# Compaction (tests/db/test_compaction_ahead.py): turns of 100 chars, a budget of 1,000.
+BUDGET = 1000
+
+
+def _exchange(i: int) -> str:
+    return _turns(f"question {i:04d} ".ljust(100, "q"), f"answer {i:04d} ".ljust(100, "a"))
+
+
+def test_compaction_in_the_read_and_ahead_of_it(node: Node, fake: FakeOpenAI) -> None:
+    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
+    node.sql("SELECT aidb_memory.create_model('cchat', 'openai', %s::jsonb)", (json.dumps(opts),),
+             user=ADMIN_USER)  # fmt: skip
+    node.sql(
+        "SELECT aidb_memory.init('cmp', '{\"llm\": \"cchat\"}', "
+        '\'{"extraction": false, "llm_timeout_s": 5}\')',
+        user=ADMIN_USER,
+    )
+
+    def add(i: int) -> None:
+        node.sql("SELECT aidb_memory.add('cmp', 'c-alice', %s::jsonb, 's')", (_exchange(i),),
+                 user=APP_USER)  # fmt: skip
+
+    def get() -> tuple[list[dict[str, Any]], list[str]]:
+        rows = node.sql(
+            "SELECT items, warnings FROM aidb_memory.session_get('cmp', 'c-alice', 's', %s)",
+            (BUDGET,),
+            user=APP_USER,
+        )
+        return rows[0][0], rows[0][1]
+
+    for i in range(1, 11):
+        add(i)
+    # Over budget: the read compacts, then reads the summary and the newest turns.
+    fake.queue(Reply(content="S" * 200))
+    items, warnings = get()
+    assert warnings == []
+    assert [i["kind"] for i in items[:1]] == ["summary"]
+    assert items[-1]["content"].startswith("answer 0010")
+    # Past the ahead threshold: add queues a task, and the worker writes the next summary.
+    add(11)
+    add(12)
+    tasks = node.sql(
+        "SELECT status FROM aidb_memory.event WHERE actor_id = 'c-alice' AND kind = 'compaction'"
+    )
+    assert tasks == [("accepted",)]
+    fake.queue(Reply(content="T" * 150))
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert node.sql(
+        "SELECT status FROM aidb_memory.event WHERE actor_id = 'c-alice' AND kind = 'compaction'"
+    ) == [("processed",)]
+    # The next read finds it ready: no model call.
+    calls = len(fake.calls())
+    items, warnings = get()
+    assert warnings == [] and len(fake.calls()) == calls
+    assert [i["kind"] for i in items[:2]] == ["summary", "summary"]
+    assert [i["seq"] for i in items[2:]] == [23, 24]
+
+
+def test_administration_as_the_admin(node: Node, fake: FakeOpenAI) -> None:
+    def admin(query: str, *params: Any) -> list[tuple[Any, ...]]:
+        return node.sql(query, params, user=ADMIN_USER)
+
+    admin("SELECT aidb_memory.set_secret('key', 'sk-1', ARRAY[%s])", fake.base_url)
+    admin("SELECT aidb_memory.set_secret('key', 'sk-2')")  # a rotation: endpoints kept
+    opts = {"model": "fake-chat", "base_url": fake.base_url, "api_key_secret": "key"}
+    model_id = admin(
+        "SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", json.dumps(opts)
+    )
+    again = admin("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", json.dumps(opts))
+    assert model_id == again
+    fake.queue(Reply(content="OK"))
+    checked = admin("SELECT aidb_memory.model_check('chat')")
+    assert checked, checked
+    ns_id = admin("SELECT aidb_memory.init('admin_ns')")[0][0]
+    assert admin("SELECT aidb_memory.init('admin_ns')")[0][0] == ns_id
+    updated = admin(
+        "SELECT name, state, config->>'max_identifier_chars' FROM "
+        "aidb_memory.namespace_update('admin_ns', config => '{\"max_identifier_chars\": 100}')"
+    )
+    assert updated == [("admin_ns", "ACTIVE", "100")]
+    admin("SELECT aidb_memory.namespace_update('admin_ns', state => 'INACTIVE')")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        node.sql(
+            "SELECT aidb_memory.add('admin_ns', 'x', %s::jsonb, 's')",
+            (_turns("hi"),),
+            user=APP_USER,
+        )
+    admin("SELECT aidb_memory.namespace_update('admin_ns', state => 'ACTIVE')")
+    node.sql("SELECT aidb_memory.add('admin_ns', 'x', %s::jsonb, 's')", (_turns("hi"),),
+             user=APP_USER)  # fmt: skip
+    admin("SELECT aidb_memory.runtime_info()")
+    admin("SELECT aidb_memory.catalog_fingerprint()")
+    assert admin("SELECT aidb_memory.events_retry('admin_ns')") == [(0,)]
+    dropped = admin("SELECT aidb_memory.namespace_drop('admin_ns', 'test')")[0][0]
+    assert dropped["sessions"] == 1 and dropped["turns"] == 1
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        admin("SELECT aidb_memory.drop_secret('key')")  # the model still uses it
+    admin("SELECT aidb_memory.drop_model('chat')")
+    admin("SELECT aidb_memory.drop_secret('key')")
+    assert admin("SELECT count(*) FROM aidb_memory.models WHERE name = 'chat'") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("view", "user"),
+    [
+        ("namespaces", APP_USER),
+        ("namespaces", WORKER_USER),
+        ("sessions", ADMIN_USER),
+        ("events", ADMIN_USER),
+        ("events", WORKER_USER),
+        ("models", ADMIN_USER),
+        ("model_calls", ADMIN_USER),
+        ("secrets", ADMIN_USER),
+    ],
+)
+def test_the_views_as_the_roles_granted_them(node: Node, ns: str, view: str, user: str) -> None:
+    """What a role may read, it reads through the coordinator as on one server."""
+    assert node.value(f"SELECT count(*) FROM aidb_memory.{view}", user=user) >= 0
+
+
+def test_the_worker_once_and_two_workers_by_key_range(node: Node) -> None:
+    node.sql("SELECT aidb_memory.init('wk', config => '{\"extraction_mode\": \"verbatim\"}')")
+    actors = [f"w{i}" for i in range(8)]
+    for actor in actors:
+        node.sql(
+            "SELECT aidb_memory.add('wk', %s, %s::jsonb, 's')",
+            (actor, json.dumps([{"role": "user", "content": f"My name is {actor}."}])),
+            user=APP_USER,
+        )
+
+    def pending() -> int:
+        return int(
+            node.value(
+                "SELECT count(*) FROM aidb_memory.event e JOIN aidb_memory.namespace n "
+                "ON n.id = e.namespace_id WHERE n.name = 'wk' AND e.status = 'accepted'"
+            )
+        )
+
+    assert pending() == len(actors)
+    low, high = key_ranges(2)
+    for lo, hi in (low, high):
+        result = run_cli("worker", "--once", f"--key-range={lo}:{hi}", dsn=node.dsn(WORKER_USER))
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert pending() == 0
+    memories = node.sql("SELECT actor_id FROM aidb_memory.memory WHERE actor_id LIKE 'w%%'")
+    assert sorted(a for (a,) in memories) == actors
+    # And the worker without a range, on new events.
+    node.sql(
+        "SELECT aidb_memory.add('wk', 'w0', %s::jsonb, 's')",
+        (json.dumps([{"role": "user", "content": "I also like tea."}]),),
+        user=APP_USER,
+    )
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert pending() == 0
+
+
+# --- one shard per hot call -------------------------------------------------------------------
+
+SHARD_NAME = re.compile(r"aidb_memory\.(\w+?)_(\d+)\b")
+
+
+def _shard_indexes(node: Node) -> dict[int, tuple[str, int]]:
+    """shardid -> (table, index of the shard in its table's hash range)."""
+    rows = node.sql(
+        "SELECT c.relname, s.shardid, "
+        "row_number() OVER (PARTITION BY s.logicalrelid ORDER BY s.shardminvalue::bigint) "
+        "FROM pg_dist_shard s JOIN pg_class c ON c.oid = s.logicalrelid "
+        "JOIN pg_dist_partition p ON p.logicalrelid = s.logicalrelid "
+        "WHERE c.relnamespace = 'aidb_memory'::regnamespace AND p.partmethod = 'h'"
+    )
+    return {int(shard): (str(table), int(i)) for table, shard, i in rows}
+
+
+def _index(node: Node, actor: str) -> int:
+    """The index of the shard that holds ``actor``'s rows in every per-actor table."""
+    return int(
+        node.value(
+            "SELECT i FROM (SELECT shardid, row_number() OVER (ORDER BY shardminvalue::bigint) AS i"
+            " FROM pg_dist_shard WHERE logicalrelid = 'aidb_memory.session'::regclass) AS s "
+            "WHERE shardid = get_shard_id_for_distribution_column('aidb_memory.session', "
+            "aidb_memory.actor_key(%s, %s))",
+            (NS, actor),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def hot(node: Node, ns: str) -> dict[str, Any]:
+    """An actor with a session, turns, memories and an event, for the hot calls."""
+    actor = "hot-alice"
+    event = node.value(
+        "SELECT aidb_memory.add(%s, %s, %s::jsonb, 'h')",
+        (ns, actor, _turns(*(f"turn {i}" for i in range(6)))),
+        user=APP_USER,
+    )
+    for i in range(3):
+        node.sql(
+            "SELECT aidb_memory.remember(%s, %s, %s)", (ns, actor, f"fact {i} tea"), user=APP_USER
+        )
+    return {"actor": actor, "event": event, "shards": _shard_indexes(node)}
+
+
+# Each hot call of one actor; %(session)s is a new session id for every call.
+HOT_CALLS: dict[str, str] = {
+    "add": "SELECT aidb_memory.add(%(ns)s, %(actor)s, %(turns)s::jsonb, 'h')",
+    "session_start": "SELECT * FROM aidb_memory.session_start(%(ns)s, %(actor)s, 'agent', 'h')",
+    "session_get": "SELECT * FROM aidb_memory.session_get(%(ns)s, %(actor)s, 'h', 2000)",
+    "session_messages": "SELECT aidb_memory.session_messages(%(ns)s, %(actor)s, 'h', 2000)",
+    "session_end": "SELECT * FROM aidb_memory.session_end(%(ns)s, %(actor)s, %(session)s)",
+    "session_pop": "SELECT * FROM aidb_memory.session_pop(%(ns)s, %(actor)s, 'h')",
+    "session_list": "SELECT * FROM aidb_memory.session_list(%(ns)s, %(actor)s)",
+    "session_delete": "SELECT aidb_memory.session_delete(%(ns)s, %(actor)s, %(session)s, 'test')",
+    "search": "SELECT * FROM aidb_memory.search(%(ns)s, %(actor)s, 'tea')",
+    "list_memories": "SELECT * FROM aidb_memory.list_memories(%(ns)s, %(actor)s)",
+    "delete": "SELECT aidb_memory.delete(%(ns)s, %(actor)s, %(selector)s::jsonb, 'test')",
+    "forget": "SELECT aidb_memory.forget(%(ns)s, %(actor)s, 'test')",
+    "status": "SELECT aidb_memory.status(%(ns)s, %(actor)s, %(event)s)",
+}
+# Calls that need rows of their own each time: they write them first (not what is checked...
+# except that it is: the write goes to the same shard, and is part of the same check).
+NEEDS_SESSION = ("session_end", "session_delete")
+
+
+def _remote_commands(
+    node: Node, call: Callable[[psycopg.Connection[Any]], None]
+) -> tuple[list[str], list[str]]:
+    """What the second of two ``call``s sends to the workers and runs locally, as Citus logs it
+    (the first is the warm-up: plans prepared, the namespace known)."""
+    remote: list[str] = []
+    local: list[str] = []
+
+    def seen(diag: psycopg.errors.Diagnostic) -> None:
+        text = diag.message_primary or ""
+        if text.startswith("issuing "):
+            remote.append(text)
+        elif text.startswith("executing the command locally: "):
+            local.append(text)
+
+    with node.connect(APP_USER) as conn:
+        call(conn)
+        conn.add_notice_handler(seen)
+        conn.execute("SET citus.log_remote_commands = on")
+        conn.execute("SET citus.log_local_commands = on")
+        call(conn)
+    return remote, local
+
+
+@pytest.mark.parametrize("name", list(HOT_CALLS))
+def test_a_hot_call_touches_the_shards_of_one_index(
+    node: Node, ns: str, hot: dict[str, Any], name: str
+) -> None:
+    # forget erases the actor: it gets one of its own.
+    actor = f"{hot['actor']}-forgotten" if name == "forget" else hot["actor"]
+
+    def call(conn: psycopg.Connection[Any]) -> None:
+        session = f"h-{uuid.uuid4()}"
+        params = {
+            "ns": ns,
+            "actor": actor,
+            "event": hot["event"],
+            "session": session,
+            "turns": _turns("x"),
+            "selector": json.dumps({"ids": [str(uuid.uuid4())]}),
+        }
+        if name in NEEDS_SESSION or name == "forget":
+            conn.execute(
+                "SELECT aidb_memory.add(%s, %s, %s::jsonb, %s)", (ns, actor, _turns("bye"), session)
+            )
+        conn.execute(HOT_CALLS[name], params)
+
+    remote, local = _remote_commands(node, call)
+    touched: dict[str, set[int]] = {}
+    for command in remote:
+        for _table, shard in SHARD_NAME.findall(command):
+            found = hot["shards"].get(int(shard))
+            if found is not None:  # a shard of a distributed table (not of a reference one)
+                touched.setdefault(found[0], set()).add(found[1])
+    per_actor = {t: i for t, i in touched.items() if t in citus.PER_ACTOR_TABLES}
+    assert per_actor, f"{name} sent nothing to a per-actor shard: {remote}"
+    indexes = {i for found in per_actor.values() for i in found}
+    assert indexes == {_index(node, actor)}, "\n".join(remote)
+    # The logs (model_usage, audit_log) are distributed by id: one shard each at most.
+    assert all(len(i) == 1 for t, i in touched.items() if t not in citus.PER_ACTOR_TABLES)
+    # Nothing per actor runs on the coordinator, which holds no shard of those tables.
+    assert not [c for c in local if any(f"aidb_memory.{t}" in c for t in citus.PER_ACTOR_TABLES)]
+
+
+# --- data spreads -----------------------------------------------------------------------------
+
+
+def test_fifty_actors_spread_over_both_workers(node: Node, cluster: CitusCluster) -> None:
+    node.sql("SELECT aidb_memory.init('spread', config => '{\"extraction_mode\": \"verbatim\"}')")
+    for i in range(50):
+        node.sql(
+            "SELECT aidb_memory.add('spread', %s, %s::jsonb, 's')",
+            (f"actor{i}", json.dumps([{"role": "user", "content": f"I am actor {i}."}])),
+            user=APP_USER,
+        )
+    result = run_cli("worker", "--once", dsn=node.dsn(WORKER_USER))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for table in ("turn", "memory"):
+        per_node = [_rows_on(w, table) for w in cluster.workers]
+        assert all(n > 0 for n in per_node), f"{table}: {per_node}"
+
+
+def _rows_on(worker: ThrowawayServer, table: str) -> int:
+    """The rows of ``table``'s shards that ``worker`` holds."""
+    with psycopg.connect(worker.dsn(DB), autocommit=True) as conn:
+        # Citus hides the shards from the catalog unless asked.
+        conn.execute("SET citus.override_table_visibility = off")
+        shards = [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_class c "
+                "WHERE c.relnamespace = 'aidb_memory'::regnamespace AND c.relkind = 'r' "
+                "AND c.relname ~ %s",
+                (f"^{table}_[0-9]+$",),
+            )
+        ]
+        return sum(
+            int(conn.execute(f'SELECT count(*) FROM aidb_memory."{s}"').fetchone()[0])  # type: ignore[index]
+            for s in shards
+        )
