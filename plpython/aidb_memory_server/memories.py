@@ -43,10 +43,8 @@ LIST_DEFAULT = 50
 # with a hundred memories or a hundred thousand.
 CANDIDATES = 200
 # When fewer than this many times limit memories hold every word of the query, the memories that
-# hold some of them are candidates too, each lexeme's up to a SCAN_SHARE of config.search_max_ranked
-# (so a query of three common words scores at most about that many).
+# hold some of them are candidates too (within config.search_max_ranked in all).
 ENOUGH_HOLDING_ALL = 2
-SCAN_SHARE = 3
 DELETE_IDS_MAX = 10_000
 # The longest selector text: DELETE_IDS_MAX quoted UUIDs and their commas, with room to spare.
 SELECTOR_MAX_CHARS = 50 * DELETE_IDS_MAX
@@ -88,19 +86,19 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # (ranking.plan): $7 the lexemes as the index holds them (ranking.Query.keyed), $8 the lexemes, $9
 # their groups, $10 how many groups; $11 the whole query as a web search reads it (NULL: no words),
 # $12 what a memory must not match (-word; NULL: nothing); $13 the most memories that hold every
-# word scored (config.search_max_ranked), $14 the most memories read for one lexeme (a SCAN_SHARE
-# of it); the vector signal's candidates (vectors.candidates; empty arrays without it): $15 ids,
-# $16 cosines; $17 the lexical share of the score (ranking.lexical_weight), $18 and $19 BM25's k1
-# and b, $20 what each lexeme counts for (ranking.Query.weights), $21 every word ANDed, each the OR
-# of its lexemes (ranking.Query.every), $22 how many memories holding every word are enough
-# (ENOUGH_HOLDING_ALL times limit).
+# word scored, and the most memories scored in all (config.search_max_ranked), $14 how many
+# lexemes share what is left of it; the vector signal's candidates (vectors.candidates; empty
+# arrays without it): $15 ids, $16 cosines; $17 the lexical share of the score
+# (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20 what each lexeme counts for
+# (ranking.Query.weights), $21 every word ANDed, each the OR of its lexemes (ranking.Query.every),
+# $22 how many memories holding every word are enough (ENOUGH_HOLDING_ALL times limit).
 #
 # BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
 # read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
 # The candidates: the memories that hold every word, up to $13; when fewer than $22 do, also those
-# that hold some, each lexeme's up to $14 (a rare lexeme brings all of its memories, a common one a
-# sample, as the index returns them); and the vector candidates. So on an actor with 100,000
-# memories the best matches are never left out of a sample.
+# that hold some, what is left of $13 shared by the lexemes (a rare lexeme brings all of its
+# memories, a common one a sample, as the index returns them); and the vector candidates. So on an
+# actor with 100,000 memories the best matches are never left out of a sample.
 # The memories are found on the GIN index of aidb_memory.actor_lexemes (each lexeme keyed by its
 # actor), which reads one actor's entries for one word; the
 # namespace and actor are tested on those rows, written "m.namespace_id + 0" and
@@ -157,8 +155,9 @@ WITH counts AS (
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
 ), holding_some AS (
-    -- When fewer than $22 hold every word: the memories holding each lexeme, up to $14 each (a
-    -- rare lexeme brings all of its memories, a common one a sample, as the index returns them).
+    -- When fewer than $22 hold every word: the memories holding each lexeme, sharing what is left
+    -- of $13 among the $14 lexemes (a rare lexeme brings all of its memories, a common one a
+    -- sample, as the index returns them).
     SELECT c.id, c.created_at, c.lexemes
     FROM terms t
     CROSS JOIN LATERAL (
@@ -167,7 +166,7 @@ WITH counts AS (
           AND m.valid_to IS NULL
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
           AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
-        LIMIT $14
+        LIMIT (SELECT greatest($13 - count(*), 0) / $14 FROM holding_all)
     ) c
     WHERE (SELECT count(*) FROM holding_all) < $22
       AND t.df > 0
@@ -435,7 +434,7 @@ def search(
         (
             *(ns.id, actor, key, n, sid, agent),
             *(terms.keyed(key), terms.lexemes, terms.groups, terms.group_count),
-            *(tree["q"], terms.negated, ranked, max(1, ranked // SCAN_SHARE)),
+            *(tree["q"], terms.negated, ranked, max(1, len(terms.lexemes))),
             *(
                 nearest[0],
                 nearest[1],

@@ -197,7 +197,7 @@ def _memories(db: Database) -> dict[int, dict[str, str]]:
                                (SELECT id FROM aidb_memory.namespace WHERE name = %s), %s, %s,
                                md5(%s), to_tsvector('english', %s))
                        RETURNING public_id::text""",
-                    (NS, f"mem{i}", NS, f"mem{i}", content, content),
+                    (NS, f"mem{i}", NS, f"mem{i}", content, content, content),
                 )
             )
     return out
