@@ -20,6 +20,7 @@ that have the installer can be compared; `make bench-compare` makes the worktree
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -73,7 +74,12 @@ OPS = {
     "get": "(b) session_get 8,000 chars",
     "messages": "(d) session_messages 20 turns",
     "responses": "(d2) responses 20 items",
+    "remember": "remember (a new memory)",
 }
+# remember's memories: every call a new one (an exact duplicate is not stored again), of a few
+# words every memory shares and one of its own, an actor of their own.
+REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
+_remembered = itertools.count()
 
 
 def backend_cpu_ns(pid: int) -> int | None:
@@ -93,6 +99,10 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
             conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
         elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+        elif op == "remember":
+            n = next(_remembered)
+            fact = f"Rita noted item {n} of her trip: tea in Lisbon, code {n * 7919 % 100003}"
+            conn.execute(REMEMBER, (NS, fact), prepare=True).fetchall()
         else:
             sql = MESSAGES if op == "messages" else RESPONSES
             conn.execute(sql, (NS, ACTOR, "small", 20), prepare=True).fetchall()
