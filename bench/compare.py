@@ -100,8 +100,8 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
         elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
         elif op == "remember":
-            n = next(_remembered)
-            fact = f"Rita noted item {n} of her trip: tea in Lisbon, code {n * 7919 % 100003}"
+            k = next(_remembered)
+            fact = f"Rita noted item {k} of her trip: tea in Lisbon, code {k * 7919 % 100003}"
             conn.execute(REMEMBER, (NS, fact), prepare=True).fetchall()
         else:
             sql = MESSAGES if op == "messages" else RESPONSES
