@@ -349,8 +349,9 @@ def verify(
     rows: dict[str, list[tuple[str, str, str, Any, Any]]] = {}
     for ns in (NS_PLAIN, NS_EMBED):
         rows[ns] = admin.execute(
-            "SELECT m.public_id::text, m.actor_id, m.content, m.embedding::real[], m.embedding_model "
-            "FROM aidb_memory.memory m JOIN aidb_memory.namespace n ON n.id = m.namespace_id "
+            "SELECT m.public_id::text, m.actor_id, m.content, m.embedding::real[], "
+            "m.embedding_model FROM aidb_memory.memory m "
+            "JOIN aidb_memory.namespace n ON n.id = m.namespace_id "
             "WHERE n.name = %s AND m.valid_to IS NULL ORDER BY m.actor_id, m.content",
             (ns,),
         ).fetchall()
