@@ -17,7 +17,7 @@ ALTER TABLE aidb_memory.memory ALTER COLUMN lexemes SET NOT NULL;
 -- keeps only the functions sql/ defines); the index needs it before that runs.
 CREATE FUNCTION aidb_memory.actor_lexemes(actor_key bigint, lexemes pg_catalog.tsvector)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER COST 10000
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
