@@ -133,15 +133,14 @@ COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 'which the installation creates, is refused (55000). Errors: 22004, 22023 empty reason, 42704 '
 'unknown namespace, 55000.';
 
--- Each lexeme of a memory keyed by its actor: what the index memory_lexemes_idx holds
--- (migrations/0018_lexemes.sql, which creates it first: the index depends on it). The same text
--- as there. Not STRICT: PostgreSQL folds a strict function of NULL constants without checking
--- EXECUTE (the no-membership security test calls every function so). COST: a filter that calls it
--- on each of an actor's rows costs ~4 us a row (a SECURITY DEFINER function with SET clauses), so
--- the planner is told to find the rows on its index instead, whatever the actor's size.
+-- Each lexeme of a memory keyed by its actor: what memory.lexeme_keys holds (the trigger below
+-- writes it) and the index memory_lexemes_idx indexes. migrations/0018_lexemes.sql defines it
+-- first (it fills the column) with the same text. Not STRICT: PostgreSQL folds a strict function
+-- of NULL constants without checking EXECUTE (the no-membership security test calls every
+-- function so).
 CREATE OR REPLACE FUNCTION aidb_memory.actor_lexemes(actor_key bigint, lexemes pg_catalog.tsvector)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER COST 10000
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
@@ -152,9 +151,27 @@ SELECT pg_catalog.array_agg(($1)::pg_catalog.text OPERATOR(pg_catalog.||) ':'
 FROM pg_catalog.unnest(pg_catalog.tsvector_to_array($2)) AS l(lexeme)
 $$;
 COMMENT ON FUNCTION aidb_memory.actor_lexemes(bigint, pg_catalog.tsvector) IS
-'Internal: the lexemes of a memory, each as "<actor_key>:<lexeme>": the expression of the GIN '
-'index memory_lexemes_idx, so that search reads one actor''s memories with a word without '
-'reading all of the actor''s memories.';
+'Internal: the lexemes of a memory, each as "<actor_key>:<lexeme>": what memory.lexeme_keys '
+'holds, which the GIN index memory_lexemes_idx indexes so that search reads one actor''s '
+'memories with a word without reading all of the actor''s memories.';
+
+-- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written.
+CREATE OR REPLACE FUNCTION aidb_memory.memory_lexeme_keys()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+BEGIN
+    NEW.lexeme_keys := coalesce(aidb_memory.actor_lexemes(NEW.actor_key, NEW.lexemes), '{}');
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.memory_lexeme_keys() IS
+'Trigger (internal): writes memory.lexeme_keys, the lexemes of the memory keyed by its actor '
+'(aidb_memory.actor_lexemes), which the GIN index memory_lexemes_idx holds for search.';
 
 -- The vocabulary of memory_word follows the memories, by triggers.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
@@ -263,3 +280,6 @@ CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE ON aidb_memory.memor
 CREATE OR REPLACE TRIGGER memory_lexemes_counted
     AFTER INSERT OR UPDATE OF valid_to, lexemes OR DELETE ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_lexemes_counted();
+CREATE OR REPLACE TRIGGER memory_lexeme_keys
+    BEFORE INSERT OR UPDATE OF actor_key, lexemes ON aidb_memory.memory
+    FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_lexeme_keys();

@@ -99,7 +99,7 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # that hold some, what is left of $13 shared by the lexemes (a rare lexeme brings all of its
 # memories, a common one a sample, as the index returns them); and the vector candidates. So on an
 # actor with 100,000 memories the best matches are never left out of a sample.
-# The memories are found on the GIN index of aidb_memory.actor_lexemes (each lexeme keyed by its
+# The memories are found on the GIN index of memory.lexeme_keys (each lexeme keyed by its
 # actor), which reads one actor's entries for one word; the
 # namespace and actor are tested on those rows, written "m.namespace_id + 0" and
 # "m.actor_id || ''" so that they are no index key: every btree index of memory leads with
@@ -138,7 +138,7 @@ WITH counts AS (
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> (SELECT r.keyed FROM required r)
+       AND m.lexeme_keys @> (SELECT r.keyed FROM required r)
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
     UNION ALL
@@ -147,7 +147,7 @@ WITH counts AS (
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-       AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) && (
+       AND m.lexeme_keys && (
            SELECT array_agg(t.keyed) FROM terms t
            WHERE t.df > 0
              AND t.grp = (SELECT r.grp FROM terms r WHERE r.df > 0 GROUP BY r.grp
@@ -165,7 +165,7 @@ WITH counts AS (
         WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
           AND m.valid_to IS NULL
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND aidb_memory.actor_lexemes(m.actor_key, m.lexemes) @> ARRAY[t.keyed]
+          AND m.lexeme_keys @> ARRAY[t.keyed]
         LIMIT (SELECT greatest($13 - count(*), 0) / $14 FROM holding_all)
     ) c
     WHERE (SELECT count(*) FROM holding_all) < $22

@@ -71,6 +71,7 @@ PER_ACTOR_TRIGGERS = (
     ("memory", "memory_words_added"),
     ("memory", "memory_words_removed"),
     ("memory", "memory_lexemes_counted"),
+    ("memory", "memory_lexeme_keys"),
     ("session", "compaction_locks_removed"),
 )
 
