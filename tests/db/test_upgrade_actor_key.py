@@ -210,9 +210,10 @@ def _rows(db: Database) -> dict[str, list[Any]]:
             continue
         rows[table] = sorted(
             json.dumps(r, sort_keys=True, default=str)
-            # Columns later migrations add (memory.lexemes, 0018) are the upgrade's own too.
+            # Columns later migrations add (memory.lexemes, lexeme_keys: 0018) are its own.
             for (r,) in db.sql(
-                f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' FROM aidb_memory.{table} AS t"
+                f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' - 'lexeme_keys' "
+                f"FROM aidb_memory.{table} AS t"
             )
         )
     return rows
