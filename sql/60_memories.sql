@@ -155,7 +155,11 @@ COMMENT ON FUNCTION aidb_memory.actor_lexemes(bigint, pg_catalog.tsvector) IS
 'holds, which the GIN index memory_lexemes_idx indexes so that search reads one actor''s '
 'memories with a word without reading all of the actor''s memories.';
 
--- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written.
+-- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written. The same
+-- expression as actor_lexemes (tests/db/test_docs.py checks the two agree on stored rows), written
+-- out: PL/pgSQL keeps this statement's plan for the session, where a call of that SQL function
+-- (SECURITY DEFINER, SET clauses: never inlined) plans its body again in every transaction
+-- (~65 us of remember's ~300).
 CREATE OR REPLACE FUNCTION aidb_memory.memory_lexeme_keys()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -165,7 +169,10 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 BEGIN
-    NEW.lexeme_keys := coalesce(aidb_memory.actor_lexemes(NEW.actor_key, NEW.lexemes), '{}');
+    NEW.lexeme_keys := ARRAY(
+        SELECT (NEW.actor_key)::text || ':' || l.lexeme
+        FROM unnest(tsvector_to_array(NEW.lexemes)) WITH ORDINALITY AS l(lexeme, n)
+        ORDER BY l.n);
     RETURN NEW;
 END
 $$;
