@@ -12,9 +12,10 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aidb_memory import __version__, catalog
-from aidb_memory.codebundle import BOOT_MODULE, CodeBundle
-from aidb_memory.migrations import Migration
+from aidb_memory import __version__
+from aidb_memory.install import catalog
+from aidb_memory.install.codebundle import BOOT_MODULE, CodeBundle
+from aidb_memory.install.migrations import Migration
 
 SCHEMA = "aidb_memory"
 # Arbitrary but fixed: every installer of any version takes the same lock.
@@ -575,7 +576,7 @@ def build(
 ) -> list[Step]:
     """The whole install/upgrade script, without the transaction statements. ``pgvector``:
     whether embeddings move to pgvector where it is available (:func:`vector_step`)."""
-    from aidb_memory import trust  # trust builds its steps from this module's helpers
+    from aidb_memory.install import trust  # trust builds its steps from this module's helpers
 
     head = preamble()
     # The trust checks go after the superuser check and before CREATE SCHEMA IF NOT EXISTS (which
