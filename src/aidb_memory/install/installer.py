@@ -19,13 +19,12 @@ from aidb_memory.install.script import (
     INSTALL_LOCK_KEY,
     NOTICE_PREFIX,
     PINNED_SEARCH_PATH,
-    SCHEMA,
-    Step,
     build,
     defined,
     extras_query,
 )
 from aidb_memory.install.sources import SourceTree, default_tree
+from aidb_memory.install.steps import SCHEMA, Step
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 ROLES = ("aidb_users", "aidb_admins", "aidb_workers")
