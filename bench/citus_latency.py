@@ -17,7 +17,7 @@ import time
 
 import psycopg
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 
 ROUNDS = 300

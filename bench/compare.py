@@ -42,7 +42,10 @@ ACTOR = "alice"
 # The tree's own installer, run in a child process so that each version imports its own package.
 INSTALL = """
 import sys, psycopg
-from aidb_memory.installer import Package, install
+try:
+    from aidb_memory.install.installer import Package, install
+except ImportError:  # a tree from before aidb_memory.install (issue 28)
+    from aidb_memory.installer import Package, install
 with psycopg.connect(sys.argv[1]) as conn:
     install(conn, Package.load(), say=lambda _line: None)
     conn.commit()

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import A_TURNS, ADD, ADD_REF, GET, INIT, MESSAGES, NS, exchange
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 
 ARGS = (

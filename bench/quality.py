@@ -47,8 +47,8 @@ import locomo  # bench/locomo.py: the data, the metrics, the fusion
 import psycopg
 import run  # bench/run.py: say, git_describe, version, _terminate
 
-from aidb_memory import deps
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
+from aidb_memory.ops import deps
 from aidb_memory.throwaway import ThrowawayServer
 
 HERE = Path(__file__).resolve().parent

@@ -34,7 +34,7 @@ import search_quality  # row (i), bench/search_quality.py
 import vectors  # rows (j) and (k), bench/vectors.py
 from psycopg.types.string import TextLoader
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 
 HERE = Path(__file__).resolve().parent

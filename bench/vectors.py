@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 
 DIMS = 384
 TOTAL = 1_000_000

@@ -3,7 +3,7 @@
 -- Every SECURITY DEFINER function of sql/ fixes its search_path (names resolve to pg_catalog and
 -- our schema only) and turns the debug_print_* settings off for its own execution: any session
 -- may turn them on, and they would print our statements' plans, with other actors' data as
--- constants, to that session. The lint in src/aidb_memory/codebundle.py enforces both.
+-- constants, to that session. The lint in src/aidb_memory/install/codebundle.py enforces both.
 
 CREATE OR REPLACE FUNCTION aidb_memory.version()
 RETURNS text

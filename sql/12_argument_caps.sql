@@ -1,7 +1,7 @@
 -- Size caps on text and jsonb arguments, checked before a value reaches PL/Python (issue 23).
 -- PL/Python receives a jsonb argument as its JSON text and then as a Python string: two copies of
 -- the value, each as large as the value, made before the first line of our Python runs. So the
--- PL/pgSQL wrapper of every granted PL/Python function (src/aidb_memory/codebundle.py) measures
+-- PL/pgSQL wrapper of every granted PL/Python function (src/aidb_memory/install/codebundle.py) measures
 -- each text or jsonb argument larger than 64 kB (pg_column_size: the datum's own size, nothing
 -- copied) and calls aidb_memory.refuse_oversized, which refuses what is over the argument's cap
 -- with the error the Python code gives for it. A smaller value is converted and checked by the

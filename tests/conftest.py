@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 from fake_openai import FakeOpenAI, serve
 

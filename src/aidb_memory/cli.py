@@ -14,8 +14,8 @@ import psycopg
 
 from aidb_memory import __version__
 from aidb_memory.connection import CliError, connect, connection_failure, first_line, resolve_dsn
-from aidb_memory.migrations import SqlSourceError
-from aidb_memory.sources import SourceTree, default_tree
+from aidb_memory.install.migrations import SqlSourceError
+from aidb_memory.install.sources import SourceTree, default_tree
 
 # 128 + SIGPIPE: what a shell reports for a program that a closed pipe stopped.
 EXIT_CLOSED_PIPE = 141
@@ -49,7 +49,7 @@ def _say(line: str) -> None:
 
 
 def _package(args: argparse.Namespace) -> Any:
-    from aidb_memory.installer import Package
+    from aidb_memory.install.installer import Package
 
     tree = SourceTree(Path(args.source)).check() if args.source else default_tree()
     return Package.load(tree)
@@ -62,7 +62,7 @@ WITHOUT_PGVECTOR = (
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from aidb_memory.installer import install
+    from aidb_memory.install.installer import install
 
     package = _package(args)
     with connect(args.dsn) as conn:
@@ -79,7 +79,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from aidb_memory.installer import compare, read_state
+    from aidb_memory.install.installer import compare, read_state
 
     package = _package(args)
     with connect(args.dsn) as conn:
@@ -110,7 +110,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from aidb_memory.script import render
+    from aidb_memory.install.script import render
 
     steps = _package(args).steps(
         accept_existing_roles=args.accept_existing_roles, pgvector=not args.without_pgvector
@@ -120,7 +120,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from aidb_memory.installer import compare, read_state
+    from aidb_memory.install.installer import compare, read_state
 
     package = _package(args)
     with connect(args.dsn) as conn:
@@ -146,7 +146,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    from aidb_memory.installer import uninstall
+    from aidb_memory.install.installer import uninstall
 
     if not args.yes:
         print(
@@ -161,7 +161,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from aidb_memory import doctor
+    from aidb_memory.ops import doctor
 
     with connect(args.dsn, autocommit=True) as conn:
         checks = doctor.run(conn, accept_existing_roles=args.accept_existing_roles)
@@ -171,7 +171,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_deps(args: argparse.Namespace) -> int:
-    from aidb_memory import deps
+    from aidb_memory.ops import deps
 
     with connect(args.dsn, autocommit=True) as conn:
         deps.run(
@@ -182,7 +182,7 @@ def cmd_deps(args: argparse.Namespace) -> int:
 
 def _key_range(text: str) -> tuple[int, int]:
     """--key-range MIN:MAX, checked (argparse reports the error and exits 2)."""
-    from aidb_memory import worker
+    from aidb_memory.ops import worker
 
     try:
         return worker.parse_key_range(text)
@@ -202,7 +202,7 @@ def _workers(text: str) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from aidb_memory import worker
+    from aidb_memory.ops import worker
 
     if args.split_key_space is not None:
         for low, high in worker.key_ranges(args.split_key_space):
@@ -230,7 +230,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_events_list(args: argparse.Namespace) -> int:
-    from aidb_memory import events
+    from aidb_memory.ops import events
 
     with connect(args.dsn, autocommit=True) as conn:
         counts = events.list_counts(conn, args.namespace)
@@ -247,7 +247,7 @@ def cmd_events_list(args: argparse.Namespace) -> int:
 
 
 def cmd_events_retry(args: argparse.Namespace) -> int:
-    from aidb_memory import events
+    from aidb_memory.ops import events
 
     with connect(args.dsn, autocommit=True) as conn:
         n = events.retry(conn, args.namespace, args.actor, args.failed_since)

@@ -35,9 +35,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from aidb_memory.connection import CliError, first_line
-from aidb_memory.deps import SERVER_MODULE, default_target, make_readable, pip_command
-from aidb_memory.doctor import probe_server_python
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
+from aidb_memory.ops.deps import SERVER_MODULE, default_target, make_readable, pip_command
+from aidb_memory.ops.doctor import probe_server_python
 from aidb_memory.throwaway import ThrowawayServer
 
 Connection = psycopg.Connection[tuple[Any, ...]]

@@ -378,7 +378,7 @@ def test_an_upgrade_lets_a_namespace_that_raised_max_turn_chars_keep_its_adds(db
             (name, json.dumps(config)),
         )
     db.sql("DELETE FROM aidb_memory.schema_migrations WHERE name = '0016_add_chars_fit_turns'")
-    from aidb_memory.installer import Package, install
+    from aidb_memory.install.installer import Package, install
 
     with db.connect(autocommit=False) as conn:
         install(conn, Package.load(), say=lambda _line: None)

@@ -23,9 +23,9 @@ import psycopg
 import pytest
 from test_upgrade_releases import LAST_RELEASE_BEFORE_ISSUE_23, _git, _install_release
 
-from aidb_memory import citus
+from aidb_memory.install import citus
+from aidb_memory.ops.worker import key_ranges
 from aidb_memory.throwaway import ThrowawayServer
-from aidb_memory.worker import key_ranges
 from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
 from deployments import CitusCluster, citus_available, citus_cluster
 from fake_openai import FakeOpenAI, Reply, serve

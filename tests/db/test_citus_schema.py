@@ -19,9 +19,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory import citus
-from aidb_memory.citus import Catalog
 from aidb_memory.connection import CliError
+from aidb_memory.install import citus
+from aidb_memory.install.citus import Catalog
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import Database, run_cli
 
@@ -395,7 +395,7 @@ def test_install_citus_dry_run_prints_the_statements(empty_db: Database) -> None
 def test_module_prints_the_statements_and_checks_a_database(db: Database) -> None:
     def module(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "aidb_memory.citus", *args],
+            [sys.executable, "-m", "aidb_memory.install.citus", *args],
             capture_output=True,
             text=True,
             timeout=120,

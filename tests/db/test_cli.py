@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from aidb_memory import __version__, cli, connection
-from aidb_memory.installer import Package
+from aidb_memory.install.installer import Package
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import APP_USER, Database, run_cli
 

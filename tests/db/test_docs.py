@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from aidb_memory.codebundle import BODY_SUFFIX
+from aidb_memory.install.codebundle import BODY_SUFFIX
 from conftest import REPO, Database, psql
 
 REFERENCE = REPO / "docs" / "reference.md"

@@ -16,8 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory import cli, connection, deps
-from aidb_memory.doctor import probe_server_python
+from aidb_memory import cli, connection
+from aidb_memory.ops import deps
+from aidb_memory.ops.doctor import probe_server_python
 from conftest import ADMIN_USER, APP_USER, Database, run_cli
 from fake_openai import FakeOpenAI, Reply, refused_port
 

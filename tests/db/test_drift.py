@@ -182,8 +182,8 @@ def test_status_and_verify_show_the_package_version(db: Database) -> None:
 def test_every_function_and_view_of_sql_is_recognised_as_the_packages(db: Database) -> None:
     """Install keeps exactly these (it drops the others): each must resolve to an installed
     object, or install would drop it and re-create it on every run."""
-    from aidb_memory import catalog
-    from aidb_memory.installer import Package
+    from aidb_memory.install import catalog
+    from aidb_memory.install.installer import Package
 
     bundle = Package.load().bundle
     defined = catalog.defined_objects(s for f in bundle.sql_files for s in f.statements)
@@ -213,7 +213,7 @@ def _old_overload(db: Database) -> None:
 
 def _record_catalog(db: Database) -> None:
     """What an install before issue 23 did: record the catalog with what it failed to drop."""
-    from aidb_memory import catalog
+    from aidb_memory.install import catalog
 
     db.sql(
         "UPDATE aidb_memory.runtime_settings SET value = "

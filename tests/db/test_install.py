@@ -19,10 +19,10 @@ import pytest
 
 from aidb_memory import __version__
 from aidb_memory.connection import CliError
-from aidb_memory.installer import Package, install, uninstall
-from aidb_memory.migrations import load_migrations
-from aidb_memory.script import INSTALL_LOCK_KEY
-from aidb_memory.sources import SourceTree
+from aidb_memory.install.installer import Package, install, uninstall
+from aidb_memory.install.migrations import load_migrations
+from aidb_memory.install.script import INSTALL_LOCK_KEY
+from aidb_memory.install.sources import SourceTree
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import Database, _create_database, _drop_database, psql, run_cli
 

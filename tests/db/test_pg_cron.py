@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 from fake_openai import Reply, serve
 

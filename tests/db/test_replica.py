@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import APP_USER, Database
 from deployments import Standby, replication_primary, standby_of

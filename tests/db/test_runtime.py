@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory.codebundle import generation_of, load_modules
+from aidb_memory.install.codebundle import generation_of, load_modules
 from conftest import ADMIN_USER, REPO, Database, run_cli
 
 Connection = psycopg.Connection[Any]

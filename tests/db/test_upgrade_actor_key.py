@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from aidb_memory.citus import PER_ACTOR_TABLES
-from aidb_memory.installer import Package, install
-from aidb_memory.sources import SourceTree
+from aidb_memory.install.citus import PER_ACTOR_TABLES
+from aidb_memory.install.installer import Package, install
+from aidb_memory.install.sources import SourceTree
 from conftest import APP_USER, REPO, Database
 
 NS = "upgrade_ns"

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from test_upgrade_actor_key import TOOLS  # the same tool round, one definition
 
-from aidb_memory import catalog
-from aidb_memory.installer import Package, install
+from aidb_memory.install import catalog
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import APP_USER, REPO, Database, _create_database, _drop_database, run_cli
 

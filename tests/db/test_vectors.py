@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from aidb_memory.client import AsyncMemory, Memory
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from conftest import APP_USER, PGVECTOR_MISSING, Database, pgvector_available, run_cli
 from fake_openai import FakeOpenAI, Reply
 

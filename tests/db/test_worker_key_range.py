@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from aidb_memory.worker import KEY_MAX, KEY_MIN, key_ranges
+from aidb_memory.ops.worker import KEY_MAX, KEY_MIN, key_ranges
 from conftest import APP_USER, WORKER_USER, Database, run_cli
 from fake_openai import FakeOpenAI, Reply, serve
 

@@ -20,7 +20,7 @@ from typing import Any
 import pglast
 import pytest
 
-from aidb_memory.doctor import probe_server_python
+from aidb_memory.ops.doctor import probe_server_python
 from conftest import CREATEROLE_USER, OWNER_USER, Database, psql, run_cli
 
 REFUSED = "aidb-memory: install refused: "
@@ -513,7 +513,7 @@ def _statement_trees(sql: str) -> list[Any]:
 def test_the_checks_qualify_every_function_operator_type_and_relation() -> None:
     """The checks run as a superuser in a database whose owner may set its search_path: every
     name they use is pg_catalog's (or a CTE's), so nothing planted elsewhere can be picked."""
-    from aidb_memory import trust  # here: the attack tests above must import before the fix
+    from aidb_memory.install import trust  # here: the attack tests above must import before the fix
 
     problems = []
     for query in (trust.SCHEMA_FINDINGS_SQL, trust.ROLE_FINDINGS_SQL):

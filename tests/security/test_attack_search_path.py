@@ -32,7 +32,7 @@ import pytest
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
-from aidb_memory.installer import Package, install
+from aidb_memory.install.installer import Package, install
 from conftest import (
     ADMIN_USER,
     APP_USER,

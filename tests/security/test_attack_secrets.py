@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from aidb_memory.migrations import parse_statements
+from aidb_memory.install.migrations import parse_statements
 from conftest import ADMIN_USER, REPO, Database
 from fake_openai import FakeOpenAI, Reply, serve
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from aidb_memory import catalog
+from aidb_memory.install import catalog
 
 
 def _lines(*items: tuple[str, str, str]) -> str:

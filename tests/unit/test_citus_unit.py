@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from aidb_memory import citus, cli
-from aidb_memory.citus import Catalog, ForeignKey
+from aidb_memory import cli
 from aidb_memory.connection import CliError
+from aidb_memory.install import citus
+from aidb_memory.install.citus import Catalog, ForeignKey
 
 REPO = Path(__file__).resolve().parents[2]
 SCALING = REPO / "docs" / "scaling.md"

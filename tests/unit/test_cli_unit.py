@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from aidb_memory import cli, deps
+from aidb_memory import cli
 from aidb_memory.connection import (
     PINNED_OPTION,
     CliError,
@@ -22,7 +22,8 @@ from aidb_memory.connection import (
     redact,
     resolve_dsn,
 )
-from aidb_memory.doctor import Check
+from aidb_memory.ops import deps
+from aidb_memory.ops.doctor import Check
 
 SECRET = "Sup3r-Secret-pw"
 

@@ -308,7 +308,7 @@ def test_importing_the_client_imports_nothing_heavy() -> None:
         "pglast",
         "testing",
         "psycopg_pool",
-        "aidb_memory.installer",
+        "aidb_memory.install",
         "aidb_memory.cli",
         "agents",
         "openai",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pglast
 import pytest
 
-from aidb_memory import codebundle
-from aidb_memory.codebundle import (
+from aidb_memory.install import codebundle
+from aidb_memory.install.codebundle import (
     BOOT_MODULE,
     generation_of,
     load_bundle,
@@ -18,8 +18,8 @@ from aidb_memory.codebundle import (
     load_sql_files,
     render_stubs,
 )
-from aidb_memory.migrations import SqlSourceError
-from aidb_memory.sources import SourceTree, default_tree
+from aidb_memory.install.migrations import SqlSourceError
+from aidb_memory.install.sources import SourceTree, default_tree
 
 GEN = "0123456789abcdef"
 DEBUG_OFF = "SET debug_print_parse = off SET debug_print_rewritten = off SET debug_print_plan = off"

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from aidb_memory.migrations import (
+from aidb_memory.install.migrations import (
     SqlSourceError,
     canonical_checksum,
     load_migrations,
     parse_statements,
     superseded_checksums,
 )
-from aidb_memory.script import migration_steps
-from aidb_memory.sources import default_tree
+from aidb_memory.install.script import migration_steps
+from aidb_memory.install.sources import default_tree
 
 OLD = "CREATE TABLE aidb_memory.t (id bigint PRIMARY KEY);\n"
 NEW = "CREATE TABLE aidb_memory.t (id bigint PRIMARY KEY, note text);\n"

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from aidb_memory.migrations import (
+from aidb_memory.install.migrations import (
     SqlSourceError,
     canonical_checksum,
     load_migrations,
     parse_statements,
 )
-from aidb_memory.sources import default_tree
+from aidb_memory.install.sources import default_tree
 
 TABLE = "CREATE TABLE aidb_memory.t (id bigint PRIMARY KEY, label text NOT NULL DEFAULT 'x');\n"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aidb_memory.events import Counts, as_json, table, tally
-from aidb_memory.worker import RETRY_MAX_S, classify, retry_delay
+from aidb_memory.ops.events import Counts, as_json, table, tally
+from aidb_memory.ops.worker import RETRY_MAX_S, classify, retry_delay
 
 
 @pytest.mark.parametrize(

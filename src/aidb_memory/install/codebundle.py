@@ -23,9 +23,10 @@ from pglast import ast as pgast
 from pglast.enums import FunctionParameterMode
 from pglast.stream import RawStream
 
-from aidb_memory import __version__, catalog
-from aidb_memory.migrations import SqlSourceError, parse_statements
-from aidb_memory.sources import SourceTree
+from aidb_memory import __version__
+from aidb_memory.install import catalog
+from aidb_memory.install.migrations import SqlSourceError, parse_statements
+from aidb_memory.install.sources import SourceTree
 
 SERVER_PACKAGE = "aidb_memory_server"
 BOOT_MODULE = f"{SERVER_PACKAGE}.boot"

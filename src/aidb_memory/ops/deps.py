@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 
 from aidb_memory.connection import CliError, require_superuser
-from aidb_memory.doctor import probe_server_python
-from aidb_memory.installer import read_state
+from aidb_memory.install.installer import read_state
+from aidb_memory.ops.doctor import probe_server_python
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 

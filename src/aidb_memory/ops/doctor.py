@@ -9,7 +9,6 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from aidb_memory import trust
 from aidb_memory.connection import (
     CliError,
     first_line,
@@ -17,7 +16,8 @@ from aidb_memory.connection import (
     plpython_availability,
     plpython_package,
 )
-from aidb_memory.installer import Package, compare, read_state
+from aidb_memory.install import trust
+from aidb_memory.install.installer import Package, compare, read_state
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -33,7 +33,7 @@ module = __MODULE__
 info = {"python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable}
 path = None
 # Only a table a superuser owns: one created after doctor's schema check by someone else could be
-# a view running their code, or name their directory (aidb_memory.trust).
+# a view running their code, or name their directory (aidb_memory.install.trust).
 if plpy.execute(
     "SELECT COALESCE((SELECT c.relkind OPERATOR(pg_catalog.=) 'r'::pg_catalog.\"char\""
     " AND r.rolsuper FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r"
@@ -182,7 +182,7 @@ _PGVECTOR = "every memory is reachable by meaning, compared in the database's C 
 def check_vectors(conn: Connection) -> list[Check]:
     """Which storage of embeddings is in use (pgvector's vector or real[]), what the other would
     change, and, with pgvector, the stored dimensions that have no HNSW index."""
-    from aidb_memory.script import HNSW_MAX_DIMENSIONS, VECTOR_INDEX
+    from aidb_memory.install.script import HNSW_MAX_DIMENSIONS, VECTOR_INDEX
 
     row = conn.execute(
         "SELECT t.typname::text, n.nspname::text FROM pg_catalog.pg_attribute a "
@@ -250,7 +250,7 @@ def check_vectors(conn: Connection) -> list[Check]:
 
 
 def check_trust(conn: Connection, *, accept_existing_roles: bool = False) -> list[Check]:
-    """The schema and roles install would refuse (:mod:`aidb_memory.trust`, the same queries
+    """The schema and roles install would refuse (:mod:`aidb_memory.install.trust`, the same queries
     as the install script). Read from the catalog only, so any role may run them."""
     checks = []
     schema = trust.schema_findings(conn)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# The aidb_memory package: _data sits beside its modules in a wheel (pyproject.toml), one level
+# above this subpackage.
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

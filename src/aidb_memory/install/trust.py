@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 from aidb_memory.connection import CliError
-from aidb_memory.script import SCHEMA, Step, do_block, literal
+from aidb_memory.install.steps import SCHEMA, Step, do_block, literal
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 

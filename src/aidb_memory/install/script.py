@@ -10,46 +10,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from aidb_memory import __version__, catalog
-from aidb_memory.codebundle import BOOT_MODULE, CodeBundle
-from aidb_memory.migrations import Migration
+from aidb_memory import __version__
+from aidb_memory.install import catalog, trust
+from aidb_memory.install.codebundle import BOOT_MODULE, CodeBundle
+from aidb_memory.install.migrations import Migration
+from aidb_memory.install.steps import SCHEMA, Step, do_block, dollar_quote, literal
 
-SCHEMA = "aidb_memory"
 # Arbitrary but fixed: every installer of any version takes the same lock.
 INSTALL_LOCK_KEY = 7_460_231_986_145_512_113
 NOTICE_PREFIX = "aidb_memory: "
 # What every statement of ours runs under: nothing that another role can create comes first.
 PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One statement of the script, with what it is for (shown on failure)."""
-
-    what: str
-    sql: str
-
-
-def literal(text: str) -> str:
-    """A SQL string literal (standard_conforming_strings is on for the script)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _dollar_quote(body: str) -> str:
-    n = 0
-    while f"$aidb{n}$" in body:
-        n += 1
-    tag = f"$aidb{n}$"
-    return f"{tag}\n{body}\n{tag}"
-
-
-def do_block(body: str, declare: str = "") -> str:
-    """An anonymous PL/pgSQL block."""
-    decl = f"DECLARE\n{declare}\n" if declare else ""
-    block = decl + "BEGIN\n" + body + "\nEND"
-    return f"DO {_dollar_quote(block)}"
 
 
 def _notice(message: str, *args: str) -> str:
@@ -460,7 +432,7 @@ if compiled:
     import sys
     plpy.notice("{NOTICE_PREFIX}compiled %d server-side modules for the server's Python %s"
                 % (compiled, ".".join(map(str, sys.version_info[:3]))))"""
-    return Step("server-side bytecode", f"DO LANGUAGE plpython3u {_dollar_quote(body)}")
+    return Step("server-side bytecode", f"DO LANGUAGE plpython3u {dollar_quote(body)}")
 
 
 def code_steps(bundle: CodeBundle) -> list[Step]:
@@ -575,8 +547,6 @@ def build(
 ) -> list[Step]:
     """The whole install/upgrade script, without the transaction statements. ``pgvector``:
     whether embeddings move to pgvector where it is available (:func:`vector_step`)."""
-    from aidb_memory import trust  # trust builds its steps from this module's helpers
-
     head = preamble()
     # The trust checks go after the superuser check and before CREATE SCHEMA IF NOT EXISTS (which
     # would otherwise adopt someone else's schema); the schema is checked again right after it.

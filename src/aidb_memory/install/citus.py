@@ -27,8 +27,8 @@ from typing import Any
 
 import psycopg
 
-from aidb_memory import catalog
 from aidb_memory.connection import CliError
+from aidb_memory.install import catalog
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -556,7 +556,7 @@ def check(cat: Catalog) -> None:
         raise CliError(
             f"aidb-memory: install --citus refused: {problems[0]}{more} "
             "(hint: this schema cannot be distributed as it is; "
-            "`python -m aidb_memory.citus check` lists every problem; docs/scaling.md)"
+            "`python -m aidb_memory.install.citus check` lists every problem; docs/scaling.md)"
         )
 
 
@@ -665,8 +665,8 @@ def record(conn: Connection) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m aidb_memory.citus [statements|check] [DSN]``: print the statements, or check
-    a database's schema against the rules, one line per problem."""
+    """``python -m aidb_memory.install.citus [statements|check] [DSN]``: print the statements, or
+    check a database's schema against the rules, one line per problem."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(p)
         return 1 if problems else 0
-    print("usage: python -m aidb_memory.citus [statements | check [DSN]]", file=sys.stderr)
+    print("usage: python -m aidb_memory.install.citus [statements | check [DSN]]", file=sys.stderr)
     return 2
 
 

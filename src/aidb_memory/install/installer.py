@@ -9,22 +9,22 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from aidb_memory import __version__, catalog, trust
-from aidb_memory import citus as citus_layer
-from aidb_memory.codebundle import CodeBundle, load_bundle
+from aidb_memory import __version__
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
-from aidb_memory.migrations import Migration, load_migrations
-from aidb_memory.script import (
+from aidb_memory.install import catalog, trust
+from aidb_memory.install import citus as citus_layer
+from aidb_memory.install.codebundle import CodeBundle, load_bundle
+from aidb_memory.install.migrations import Migration, load_migrations
+from aidb_memory.install.script import (
     INSTALL_LOCK_KEY,
     NOTICE_PREFIX,
     PINNED_SEARCH_PATH,
-    SCHEMA,
-    Step,
     build,
     defined,
     extras_query,
 )
-from aidb_memory.sources import SourceTree, default_tree
+from aidb_memory.install.sources import SourceTree, default_tree
+from aidb_memory.install.steps import SCHEMA, Step
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 ROLES = ("aidb_users", "aidb_admins", "aidb_workers")
@@ -263,10 +263,10 @@ def install(
     """Install or upgrade in one transaction; ``say`` receives one line per thing done.
 
     Refuses (:class:`CliError`, ``aidb-memory: install refused: ...``) a schema or roles that
-    :mod:`aidb_memory.trust` does not trust; the roles are only warned about with
+    :mod:`aidb_memory.install.trust` does not trust; the roles are only warned about with
     ``accept_existing_roles``. With ``citus``, a database without the citus extension is refused
     before anything is done, and after the install every table not distributed yet is
-    distributed (:func:`aidb_memory.citus.distribute`, in a transaction of its own). Without
+    distributed (:func:`aidb_memory.install.citus.distribute`, in a transaction of its own). Without
     ``pgvector``, embeddings stay real[] even where pgvector is available (script.vector_step);
     a database that moved to pgvector stays there."""
     _require_no_transaction(conn, "install")
