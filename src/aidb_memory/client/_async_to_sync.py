@@ -199,17 +199,18 @@ class _Rewrite(ast.NodeVisitor):
         else:
             self.edits.append((self._line_start(first), self._line_start(last), HEADER))
 
-    def _keep_block(self, owner: ast.If, block: list[ast.stmt]) -> None:
-        """Dedent a block one level, into the place of the ``if`` that held it, and rewrite it."""
+    def _keep_block(self, owner: ast.If, first: int, block: list[ast.stmt]) -> None:
+        """Lines ``first`` to the end of ``owner``, ``block`` and its comments, one level left,
+        in the place of the ``if`` that held them; and the rules applied to ``block``."""
         assert owner.end_lineno is not None
-        step = block[0].col_offset - owner.col_offset
-        for lineno in range(block[0].lineno, owner.end_lineno + 1):
+        step = " " * (block[0].col_offset - owner.col_offset)
+        for lineno in range(first, owner.end_lineno + 1):
             line = self.text.lines[lineno - 1]
-            if not line.strip():
-                continue
-            if not line.startswith(" " * step):
+            if line.startswith(step):
+                start = self._line_start(lineno)
+                self.edits.append((start, start + len(step), ""))
+            elif line.strip() and not line.lstrip().startswith("#"):
                 raise self._fail(owner, f"line {lineno} is not indented as its block")
-            self.edits.append((self._line_start(lineno), self._line_start(lineno) + step, ""))
         for statement in block:
             self.visit(statement)
 
@@ -220,27 +221,23 @@ class _Rewrite(ast.NodeVisitor):
         self._docstring(node.body)
         self.generic_visit(node)
 
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+    def _definition(self, node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if isinstance(node, ast.AsyncFunctionDef):
+            self._drop_keyword(node, "async")
         self._rename_def(node)
         self.scope.append(node.name)
         self._docstring(node.body)
         self.generic_visit(node)
         self.scope.pop()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._definition(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        self._rename_def(node)
-        self.scope.append(node.name)
-        self._docstring(node.body)
-        self.generic_visit(node)
-        self.scope.pop()
+        self._definition(node)
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        self._drop_keyword(node, "async")
-        self._rename_def(node)
-        self.scope.append(node.name)
-        self._docstring(node.body)
-        self.generic_visit(node)
-        self.scope.pop()
+        self._definition(node)
 
     def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
         self._drop_keyword(node, "async")
@@ -265,13 +262,21 @@ class _Rewrite(ast.NodeVisitor):
         if marker is None:
             self.generic_visit(node)
         elif marker == _SYNC_ONLY:
-            start, body = node.lineno, node.body[0].lineno
-            self.edits.append((self._line_start(start), self._line_start(body), ""))
-            self._keep_block(node, node.body)
+            self.edits.append(
+                (self._line_start(node.lineno), self._line_start(node.lineno + 1), "")
+            )
+            self._keep_block(node, node.lineno + 1, node.body)
         elif node.orelse:
-            start, orelse = node.lineno, node.orelse[0].lineno
-            self.edits.append((self._line_start(start), self._line_start(orelse), ""))
-            self._keep_block(node, node.orelse)
+            last = node.body[-1].end_lineno
+            assert last is not None
+            # the `else:` line: the first after the body's that is not blank nor a comment
+            after = last + 1
+            while self._blank(after) or self.text.lines[after - 1].lstrip().startswith("#"):
+                after += 1
+            if not re.match(r"\s*else\s*:", self.text.lines[after - 1]):
+                raise self._fail(node, f"line {after}: expected the else: of the {marker} block")
+            self.edits.append((self._line_start(node.lineno), self._line_start(after + 1), ""))
+            self._keep_block(node, after + 1, node.orelse)
         else:
             start, after = node.lineno, node.end_lineno + 1
             if self._blank(start - 1) and self._blank(after):
@@ -369,9 +374,10 @@ def to_sync(source: str, docstrings: dict[str, str] = DOCSTRINGS) -> str:
 
 
 def _format(code: str) -> str:
-    # --stdin-filename: the project's ruff settings apply, as they do to the file itself.
+    # --stdin-filename: the settings that apply to sync_client.py apply (the project's).
+    as_file = Path(__file__).with_name("sync_client.py")
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(as_file), "-"],
         input=code,
         capture_output=True,
         text=True,

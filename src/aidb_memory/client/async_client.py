@@ -116,7 +116,7 @@ class AsyncMemory:
             if True:  # ASYNC: the next call connects again
                 conn, self._conn = self._conn, None
                 await conn.close()
-            else:
+            else:  # Memory keeps it: a call after close() fails
                 self._conn.close()
 
     async def __aenter__(self) -> AsyncMemory:
