@@ -1,8 +1,13 @@
 """The asynchronous client, :class:`AsyncMemory`."""
 
+# sync_client.py is generated from this file: edit this one, then run
+#     python -m aidb_memory.client._async_to_sync
+# There `async` and `await` are gone and the Async names are the sync ones; an `if True:  # ASYNC`
+# block is AsyncMemory's alone (its `else:` part Memory's), an `if False:  # SYNC` block Memory's
+# alone; Memory's docstring and the module's are _async_to_sync.DOCSTRINGS.
+
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -14,8 +19,8 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from aidb_memory.client import calls
+from aidb_memory.client._shared import is_pool, log_read_warnings
 from aidb_memory.client.errors import from_psycopg
-from aidb_memory.client.sync_client import is_pool, log_read_warnings
 from aidb_memory.client.types import (
     EventStatus,
     Handoff,
@@ -26,6 +31,9 @@ from aidb_memory.client.types import (
     Session,
     SessionRow,
 )
+
+if True:  # ASYNC
+    import asyncio
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -57,46 +65,65 @@ class AsyncMemory:
         self._dsn: str | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
-        self._lock: asyncio.Lock | None = None
+        if True:  # ASYNC
+            self._lock: asyncio.Lock | None = None
         if isinstance(source, str):
             self._dsn = source
+            if False:  # SYNC: Memory connects at once, AsyncMemory on first use
+                self._conn = self._open(source)
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
         elif is_pool(source, "AsyncConnectionPool"):
             self._pool = source
         else:
-            raise TypeError(
-                "AsyncMemory takes a DSN, a psycopg.AsyncConnection or a "
-                f"psycopg_pool.AsyncConnectionPool, not {type(source).__name__} "
-                "(Memory takes the sync ones)"
-            )
+            if True:  # ASYNC
+                raise TypeError(
+                    "AsyncMemory takes a DSN, a psycopg.AsyncConnection or a "
+                    f"psycopg_pool.AsyncConnectionPool, not {type(source).__name__} "
+                    "(Memory takes the sync ones)"
+                )
+            else:
+                raise TypeError(
+                    "Memory takes a DSN, a psycopg.Connection or a psycopg_pool.ConnectionPool, "
+                    f"not {type(source).__name__} (AsyncMemory takes the async ones)"
+                )
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def connect(self) -> AsyncMemory:
-        """Open the connection of a client made from a DSN (the first call does it too)."""
-        if self._dsn is not None and self._conn is None:
-            if self._lock is None:
-                self._lock = asyncio.Lock()
-            async with self._lock:
-                if self._conn is None:
-                    try:
-                        self._conn = await psycopg.AsyncConnection.connect(
-                            self._dsn, autocommit=True
-                        )
-                    except psycopg.Error as error:
-                        raise from_psycopg(error) from error
-        return self
+    @staticmethod
+    async def _open(dsn: str) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        except psycopg.Error as error:
+            raise from_psycopg(error) from error
+
+    if True:  # ASYNC
+
+        async def connect(self) -> AsyncMemory:
+            """Open the connection of a client made from a DSN (the first call does it too)."""
+            if self._dsn is not None and self._conn is None:
+                if self._lock is None:
+                    self._lock = asyncio.Lock()
+                async with self._lock:
+                    if self._conn is None:
+                        self._conn = await self._open(self._dsn)
+            return self
 
     async def close(self) -> None:
         """Close the connection the client opened from a DSN (a connection or pool it was
         given stays open)."""
         if self._dsn is not None and self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+            if True:  # ASYNC: the next call connects again
+                conn, self._conn = self._conn, None
+                await conn.close()
+            else:  # Memory keeps it: a call after close() fails
+                self._conn.close()
 
     async def __aenter__(self) -> AsyncMemory:
-        return await self.connect()
+        if True:  # ASYNC
+            return await self.connect()
+        else:
+            return self
 
     async def __aexit__(
         self,
@@ -112,8 +139,9 @@ class AsyncMemory:
             async with self._pool.connection() as conn:
                 yield conn
         else:
-            if self._conn is None:
-                await self.connect()
+            if True:  # ASYNC
+                if self._conn is None:
+                    await self.connect()
             assert self._conn is not None
             yield self._conn
 

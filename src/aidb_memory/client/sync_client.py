@@ -1,8 +1,10 @@
 """The synchronous client, :class:`Memory`."""
 
+# Generated from async_client.py by `python -m aidb_memory.client._async_to_sync`: do not edit
+# this file, edit that one and run this command (tests/unit/test_async_to_sync.py checks it).
+
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -14,6 +16,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from aidb_memory.client import calls
+from aidb_memory.client._shared import is_pool, log_read_warnings
 from aidb_memory.client.errors import from_psycopg
 from aidb_memory.client.types import (
     EventStatus,
@@ -32,32 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["Memory"]
 
 T = TypeVar("T")
-logger = logging.getLogger("aidb_memory.client")
-
-
-def log_read_warnings(
-    function: str, namespace: str, actor_id: str, session_id: str, warnings: Sequence[str]
-) -> None:
-    """Log a read's warnings on the ``aidb_memory.client`` logger (warning level)."""
-    for code in warnings:
-        logger.warning(
-            "aidb_memory.%s: %s (namespace %r, actor %r, session %r)",
-            function,
-            code,
-            namespace,
-            actor_id,
-            session_id,
-        )
-
-
-def is_pool(source: object, class_name: str) -> bool:
-    """Whether ``source`` is a psycopg_pool pool of that class (psycopg_pool is imported only
-    if the caller has imported it already: it is an optional dependency)."""
-    import sys
-
-    module = sys.modules.get("psycopg_pool")
-    cls = getattr(module, class_name, None) if module is not None else None
-    return cls is not None and isinstance(source, cls)
 
 
 class Memory:
@@ -85,15 +62,12 @@ class Memory:
     ) -> None:
         self.log_warnings = log_warnings
         self.prepare = prepare
+        self._dsn: str | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._pool: ConnectionPool[Any] | None = None
-        self._owned = False
         if isinstance(source, str):
-            try:
-                self._conn = psycopg.connect(source, autocommit=True)
-            except psycopg.Error as error:
-                raise from_psycopg(error) from error
-            self._owned = True
+            self._dsn = source
+            self._conn = self._open(source)
         elif isinstance(source, psycopg.Connection):
             self._conn = source
         elif is_pool(source, "ConnectionPool"):
@@ -106,10 +80,17 @@ class Memory:
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    @staticmethod
+    def _open(dsn: str) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.Connection.connect(dsn, autocommit=True)
+        except psycopg.Error as error:
+            raise from_psycopg(error) from error
+
     def close(self) -> None:
         """Close the connection the client opened from a DSN (a connection or pool it was
         given stays open)."""
-        if self._owned and self._conn is not None:
+        if self._dsn is not None and self._conn is not None:
             self._conn.close()
 
     def __enter__(self) -> Memory:

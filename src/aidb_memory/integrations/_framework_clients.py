@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from aidb_memory.client import AsyncMemory, Memory
-from aidb_memory.client.sync_client import is_pool
+from aidb_memory.client._shared import is_pool
 
 __all__ = ["FrameworkClients"]
 
