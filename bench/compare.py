@@ -34,7 +34,8 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import A_TURNS, ADD, GET, INIT, NS, exchange  # noqa: E402  (bench/ is not a package)
+from common import INIT, NS  # noqa: E402  (bench/ is not a package)
+from sessions import A_TURNS, ADD, GET, exchange  # noqa: E402
 
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 

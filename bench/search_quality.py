@@ -26,8 +26,8 @@ TARGET = 0.9
 TOP = 3
 
 # (kind, misspelled query, the misspelled word, the word spelled right). The words are slot
-# words of bench/run.py's MEMORY_TEMPLATES, each within the part of its slot's list the template
-# uses, so every query spelled right finds memories for any --memories.
+# words of bench/memories.py's MEMORY_TEMPLATES, each within the part of its slot's list the
+# template uses, so every query spelled right finds memories for any --memories.
 QUERIES: list[tuple[str, str, str, str]] = [
     ("transposition", "parrot named Hguo", "hguo", "hugo"),
     ("transposition", "allergic to sesmae", "sesmae", "sesame"),

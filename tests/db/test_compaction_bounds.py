@@ -36,7 +36,7 @@ def _setup(db: Database, fake: FakeOpenAI | None, **config: Any) -> None:
 
 def _generate(db: Database, contents_sql: str, n: int) -> None:
     """A session 's' of ``n`` one-turn rounds generated in SQL, with the positions, offsets and
-    counters ``add`` would give them (as bench/run.py makes its 100,000-turn session);
+    counters ``add`` would give them (as bench/sessions.py makes its 100,000-turn session);
     ``contents_sql`` is the content of turn ``g``."""
     db.sql(f"SELECT aidb_memory.session_start('{NS}', 'alice', NULL, 's')")
     db.sql(
