@@ -95,6 +95,11 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 #
 # BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
 # read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
+# Each probe is an equality in a LATERAL subquery with LIMIT 1 (here and in _QUERY_TREE; the key
+# is unique, the LIMIT keeps the planner from turning the probes into a join): with "lexeme = ANY
+# (...)", or as a join, a generic plan made before ANALYZE had seen memory_lexeme read all of the
+# actor's rows and tested the words on each (~25 ms for an actor with 100,000 distinct lexemes,
+# bench (j)).
 # The candidates: the memories that hold every word, up to $13; when fewer than $22 do, also those
 # that hold some, what is left of $13 shared by the lexemes (a rare lexeme brings all of its
 # memories, a common one a sample, as the index returns them); and the vector candidates. So on an
@@ -113,10 +118,13 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 _SEARCH = """
 WITH counts AS (
     -- BM25's statistics: the actor's current memories (lexeme '') and those holding each lexeme.
-    SELECT c.lexeme, c.memories::float8 AS n
-    FROM aidb_memory.memory_lexeme c
-    WHERE c.actor_key = $3 AND c.namespace_id = $1 AND c.actor_id = $2
-      AND c.lexeme = ANY (array_append($8::text[], ''))
+    SELECT l.lexeme, c.memories::float8 AS n
+    FROM (SELECT DISTINCT x FROM unnest(array_append($8::text[], '')) AS x) AS l(lexeme)
+    CROSS JOIN LATERAL (
+        SELECT c.memories FROM aidb_memory.memory_lexeme c
+        WHERE c.actor_key = $3 AND c.namespace_id = $1 AND c.actor_id = $2
+          AND c.lexeme = l.lexeme
+        LIMIT 1) AS c
 ), terms AS (
     SELECT t.keyed, t.lexeme, t.grp, t.weight, coalesce(d.n, 0) AS df,
            ln(1 + (greatest(a.n, coalesce(d.n, 0)) - coalesce(d.n, 0) + 0.5)
@@ -263,9 +271,12 @@ SELECT nullif(q::text, '') AS q, numnode(q) AS nodes, w.words, w.stems,
                                 AND e.word = u.word
                               LIMIT 1) THEN false
                         ELSE NOT EXISTS (
-                            SELECT 1 FROM aidb_memory.memory_lexeme c
-                            WHERE c.actor_key = $4 AND c.namespace_id = $2 AND c.actor_id = $3
-                              AND c.lexeme = ANY (string_to_array(u.stems, ' ')))
+                            SELECT 1 FROM unnest(string_to_array(u.stems, ' ')) AS s(lexeme)
+                            CROSS JOIN LATERAL (
+                                SELECT 1 FROM aidb_memory.memory_lexeme c
+                                WHERE c.actor_key = $4 AND c.namespace_id = $2
+                                  AND c.actor_id = $3 AND c.lexeme = s.lexeme
+                                LIMIT 1) AS c)
                    END
              ORDER BY u.word) AS unknown
 FROM websearch_to_tsquery($5::regconfig, $1) AS q,
