@@ -122,27 +122,32 @@ COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text)
 DROP FUNCTION IF EXISTS aidb_memory.session_history(
     text, text, text, integer, text, integer, integer, text);
 
--- session_get and session_messages each run the same read statement (the plan, the window, the
--- summaries; tests/unit/test_read_statement.py keeps the two copies equal), at most twice.
-CREATE OR REPLACE FUNCTION aidb_memory.session_get(
+-- The read of session_get and session_messages: the plan, a compaction when one is due, the
+-- read statement (the window, the summaries), again when the session changed in between.
+CREATE OR REPLACE FUNCTION aidb_memory.session_read(
     namespace text,
     actor_id text,
     session_id text,
-    limit_chars integer DEFAULT NULL,
-    fallback_model text DEFAULT NULL,
-    limit_turns integer DEFAULT NULL,
-    limit_items integer DEFAULT NULL
+    limit_chars integer,
+    fallback_model text,
+    limit_turns integer,
+    limit_items integer,
+    caller text,
+    OUT items jsonb,
+    OUT overflow_chars bigint,
+    OUT compacted_entries integer,
+    OUT warnings text[]
 )
-RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+-- One row, not a set: its callers take it in a plain expression (no statement of their own, no
+-- copy of the rows), so this layer costs them a function call.
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
--- Generic plans: the read statement's custom plan costs more than the read (its parameters
--- are the plan's values, for which the generic plan is as good). On Citus, install --citus
--- makes it plan each call (docs/scaling.md).
-SET plan_cache_mode = force_generic_plan
+-- plan_cache_mode is its callers' (they pin generic plans: the read statement's custom plan costs
+-- more than the read, its parameters being the plan's values, for which the generic plan is as
+-- good; on Citus, install --citus makes them plan each call, docs/scaling.md).
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -150,23 +155,9 @@ DECLARE
     extra text[] := '{}';
     plan record;
     changed integer := 0;
-    n bigint;
-    state text;
-    message text;
-    detail text;
-    hint text;
 BEGIN
-    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
-    -- (sql/12_argument_caps.sql).
-    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
-       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
-        PERFORM aidb_memory.refuse_oversized('session_get', 'namespace', namespace, namespace);
-        PERFORM aidb_memory.refuse_oversized('session_get', 'actor_id', namespace, actor_id);
-        PERFORM aidb_memory.refuse_oversized('session_get', 'session_id', namespace, session_id);
-    END IF;
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
-    -- re-plans its body on every call; plpgsql keeps the plan for the connection. One layer:
-    -- the read statement runs here, not in a function of its own that this one copies from.
+    -- re-plans its body on every call; plpgsql keeps the plan for the connection.
     LOOP
         -- The plan (session_read_plan, in a statement of its own: Citus routes the read
         -- statement to the actor's shard by its key, a parameter, and the plan cannot run there)
@@ -178,7 +169,7 @@ BEGIN
         -- instructions (seqs 1..plan.pin_seq) come first, then summaries when every
         -- unsummarized turn fits: the newest ones that fit in the budget left.
         SELECT * INTO plan
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get');
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, caller);
         IF plan.compact AND NOT compacted THEN
             -- Once per read: compact, then plan again (the new summary, or the history as it
             -- was with the warning that says why there is none).
@@ -186,8 +177,6 @@ BEGIN
             compacted := true;
             CONTINUE;
         END IF;
-        -- BEGIN read statement
-        RETURN QUERY
         SELECT coalesce(plan.pinned, '[]'::jsonb)
                || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
                plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
@@ -200,6 +189,7 @@ BEGIN
                            AND NOT plan.empty_warning = ANY (extra) THEN ARRAY[plan.empty_warning]
                       WHEN plan.by_items AND w.split THEN '{limit_items_round_split}'::text[]
                   END AS warnings
+        INTO items, overflow_chars, compacted_entries, warnings
         FROM (
             SELECT jsonb_agg(
                        CASE
@@ -274,9 +264,7 @@ BEGIN
         WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
                         WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
               = plan.session_version;
-        -- END read statement
-        GET DIAGNOSTICS n = ROW_COUNT;
-        EXIT WHEN n > 0;
+        EXIT WHEN FOUND;
         changed := changed + 1;
         IF changed >= 100 THEN
             -- Writers that commit between every plan and its read: a read that cannot finish.
@@ -284,6 +272,55 @@ BEGIN
                 USING ERRCODE = '40001', HINT = 'retry the read';
         END IF;
     END LOOP;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.session_read(text, text, text, integer, text, integer, integer, text) IS
+'Internal (called by session_get and session_messages): one read of a session''s history, as '
+'session_get returns it. caller is the API function that error messages name.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.session_get(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer DEFAULT NULL,
+    fallback_model text DEFAULT NULL,
+    limit_turns integer DEFAULT NULL,
+    limit_items integer DEFAULT NULL
+)
+RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+-- Generic plans for session_read's statements: their custom plans cost more than the read (their
+-- parameters are the plan's values, for which the generic plan is as good). On Citus, install
+-- --citus makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    got record;
+    state text;
+    message text;
+    detail text;
+    hint text;
+BEGIN
+    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
+    -- (sql/12_argument_caps.sql).
+    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
+       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
+        PERFORM aidb_memory.refuse_oversized('session_get', 'namespace', namespace, namespace);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'actor_id', namespace, actor_id);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'session_id', namespace, session_id);
+    END IF;
+    -- In an expression, not a statement: no plan, no copy of the row.
+    got := aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, 'session_get');
+    items := got.items;
+    overflow_chars := got.overflow_chars;
+    compacted_entries := got.compacted_entries;
+    warnings := got.warnings;
+    RETURN NEXT;
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- Raised again from here, the error's CONTEXT is this one line instead of the internal
     -- window query and the frames of the functions under it (docs/architecture.md, Errors).
@@ -340,17 +377,11 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
--- Generic plans: the read statement's custom plan costs more than the read (its parameters
--- are the plan's values, for which the generic plan is as good). On Citus, install --citus
--- makes it plan each call (docs/scaling.md).
+-- Generic plans, as session_get's.
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    compacted boolean := false;
-    extra text[] := '{}';
-    plan record;
-    changed integer := 0;
     history jsonb;
     plain boolean;
     converted jsonb;
@@ -373,115 +404,8 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'chat: Chat Completions messages; responses: a Responses API input list';
     END IF;
-    -- The read statement of session_get, its items only.
-    LOOP
-        SELECT * INTO plan
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages');
-        IF plan.compact AND NOT compacted THEN
-            -- Once per read: compact, then plan again (the new summary, or the history as it
-            -- was with the warning that says why there is none).
-            extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
-            compacted := true;
-            CONTINUE;
-        END IF;
-        SELECT r.items INTO history FROM (
-        -- BEGIN read statement
-        SELECT coalesce(plan.pinned, '[]'::jsonb)
-               || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
-               plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
-                   AS overflow_chars,
-               coalesce(sm.turns, 0)::integer AS compacted_entries,
-               plan.warnings || extra
-               || CASE
-                      -- Nothing kept of turns there were to return: the plan says why.
-                      WHEN w.items IS NULL AND plan.empty_warning IS NOT NULL
-                           AND NOT plan.empty_warning = ANY (extra) THEN ARRAY[plan.empty_warning]
-                      WHEN plan.by_items AND w.split THEN '{limit_items_round_split}'::text[]
-                  END AS warnings
-        FROM (
-            SELECT jsonb_agg(
-                       CASE
-                           -- A plain turn (most are): one object, not three joined.
-                           WHEN m.tool_calls IS NULL AND m.tool_call_id IS NULL
-                                AND m.name IS NULL AND m.item IS NULL
-                               THEN jsonb_build_object('seq', m.seq, 'role', m.role,
-                                                       'content', m.content, 'kind', m.kind,
-                                                       'meta', m.meta,
-                                                       'created_at', m.created_at)
-                           ELSE jsonb_build_object('seq', m.seq, 'role', m.role,
-                                                   'content', m.content, 'kind', m.kind,
-                                                   'meta', m.meta, 'created_at', m.created_at)
-                                || jsonb_strip_nulls(jsonb_build_object(
-                                       'tool_calls', m.tool_calls,
-                                       'tool_call_id', m.tool_call_id, 'name', m.name))
-                                -- The caller's own object, as it came (not through
-                                -- jsonb_strip_nulls).
-                                || CASE WHEN m.item IS NOT NULL
-                                        THEN jsonb_build_object('item', m.item,
-                                                                'format', m.item_format)
-                                        ELSE '{}'::jsonb END
-                       END
-                       ORDER BY m.seq) AS items,
-                   sum(m.chars) AS chars,
-                   -- Rounds are contiguous (round_start never decreases with seq): the kept
-                   -- turns start inside a round when the first one does not start it (the
-                   -- first turn after pinned instructions always starts one).
-                   bool_or(m.seq = m.cut AND m.round_start <> m.seq AND m.seq > plan.pin_seq + 1)
-                       AS split
-            FROM (
-                SELECT f.*,
-                       min(CASE WHEN f.seq = greatest(f.floor, plan.pin_seq + 1) THEN f.seq END)
-                           OVER () AS cut
-                FROM (
-                    SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
-                           t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
-                           min(CASE WHEN plan.by_items AND t.role <> 'tool' THEN t.seq
-                                    ELSE t.round_start END) OVER (ORDER BY t.seq DESC) AS floor
-                    FROM aidb_memory.turn AS t
-                    WHERE t.actor_key = plan.actor_key AND t.session_ref = plan.session_ref
-                      AND (t.char_offset, t.seq) >= (plan.lo_offset, plan.lo_seq)
-                      AND (t.char_offset, t.seq) < (plan.hi_offset, plan.hi_seq)
-                ) AS f
-            ) AS m
-            WHERE m.seq >= m.cut
-        ) AS w
-        CROSS JOIN (
-            SELECT jsonb_agg(
-                       jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
-                                          'kind', 'summary',
-                                          'meta', jsonb_build_object(
-                                              'from_seq', x.from_seq, 'to_seq', x.to_seq,
-                                              'turn_count', x.turn_count, 'model', x.model),
-                                          'created_at', x.created_at)
-                       ORDER BY x.to_seq) AS items,
-                   max(x.to_offset) - min(x.from_offset) AS covered,
-                   sum(x.turn_count) AS turns
-            FROM (
-                SELECT s.*, sum(s.chars) OVER (ORDER BY s.to_seq DESC) AS used,
-                       row_number() OVER (ORDER BY s.to_seq DESC) AS rank
-                FROM aidb_memory.summary AS s
-                WHERE s.actor_key = plan.actor_key AND s.session_ref = plan.session_ref
-                  AND s.to_seq <= plan.summary_seq AND plan.summary_room >= 0
-            ) AS x
-            WHERE x.used <= plan.summary_room
-              AND (plan.summary_slots IS NULL OR x.rank <= plan.summary_slots)
-        ) AS sm
-        -- Nothing when the session changed since the plan (no session: ''): the reader plans
-        -- again. Not an OR with the no-session case: the planner would drop the subquery and
-        -- Citus then plans its table on no shard, which it cannot with xmin.
-        WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
-                        WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
-              = plan.session_version
-        -- END read statement
-        ) AS r;
-        EXIT WHEN FOUND;
-        changed := changed + 1;
-        IF changed >= 100 THEN
-            -- Writers that commit between every plan and its read: a read that cannot finish.
-            RAISE EXCEPTION 'the session changed during each of % reads', changed
-                USING ERRCODE = '40001', HINT = 'retry the read';
-        END IF;
-    END LOOP;
+    -- The read of session_get, its items only.
+    history := (aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, 'session_messages')).items;
     IF format = 'responses' THEN
         -- Summaries, items stored in the Responses shape and plain messages, as
         -- items.to_responses renders them, without entering Python (issue 14); a list with

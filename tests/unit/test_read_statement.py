@@ -1,14 +1,13 @@
-"""session_get and session_messages each run the read statement themselves (issue 14: no PL/pgSQL
-layer between them and the window query), so sql/30_sessions.sql holds it twice: the copies must
-stay the same statement; each plans first, naming itself for errors."""
+"""session_get and session_messages read through one function, session_read (issue 28): the read
+statement (the plan, the window, the summaries) has one definition in sql/, and each API function
+names itself for its errors."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-SQL = Path(__file__).resolve().parents[2] / "sql" / "30_sessions.sql"
-COPY = re.compile(r"-- BEGIN read statement\n(.*?)\n *-- END read statement", re.S)
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SESSIONS = SQL_DIR / "30_sessions.sql"
 
 
 def _body(text: str, function: str) -> str:
@@ -16,14 +15,20 @@ def _body(text: str, function: str) -> str:
     return text[start : text.index("\n$$;", start)]
 
 
-def _statement(function: str) -> str:
-    copies = COPY.findall(_body(SQL.read_text(), function))
-    assert len(copies) == 1, function
-    body = _body(SQL.read_text(), function)
-    # The plan, in a statement of its own before the read statement, names the caller.
-    assert body.count(f"session_read_plan($1, $2, $3, $4, $5, $6, $7, '{function}')") == 1
-    return copies[0].strip().removeprefix("RETURN QUERY").strip().removesuffix(";")
+def test_the_read_statement_stands_once() -> None:
+    windows = [
+        path.name
+        for path in sorted(SQL_DIR.glob("*.sql"))
+        for _ in range(path.read_text().count("FROM aidb_memory.turn AS t\n"))
+    ]
+    assert windows == ["30_sessions.sql"]
+    assert "FROM aidb_memory.turn AS t\n" in _body(SESSIONS.read_text(), "session_read")
 
 
-def test_session_get_and_session_messages_run_the_same_read_statement() -> None:
-    assert _statement("session_get") == _statement("session_messages")
+def test_session_get_and_session_messages_read_through_session_read() -> None:
+    text = SESSIONS.read_text()
+    for function in ("session_get", "session_messages"):
+        call = f"aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, '{function}')"
+        body = _body(text, function)
+        assert body.count(call) == 1
+        assert "aidb_memory.session_read_plan(" not in body
