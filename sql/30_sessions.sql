@@ -118,35 +118,33 @@ COMMENT ON FUNCTION aidb_memory.session_compact(text, text, text, integer, text)
 'compaction_incomplete when one was and more is left to summarize).';
 
 -- session_history (0.x to issue 14) was a PL/pgSQL layer of its own between session_get or
--- session_messages and the window query; issue 14 dropped it, and session_read (issue 28) is one
--- again, with the plan and compaction loop in it, so that the read statement stands once.
+-- session_messages and the window query: each read now runs the window itself (issue 14).
 DROP FUNCTION IF EXISTS aidb_memory.session_history(
     text, text, text, integer, text, integer, integer, text);
 
--- The read of session_get and session_messages: the plan, a compaction when one is due, the
--- read statement (the window, the summaries), again when the session changed in between.
-CREATE OR REPLACE FUNCTION aidb_memory.session_read(
+-- session_get and session_messages each run the same read statement (the plan, the window, the
+-- summaries), at most twice. It is written once, in session_get; session_messages holds the line
+-- @read_statement@ where install puts it (codebundle.expand_fragments: each plans it for itself,
+-- and session_messages's plan leaves out the columns it does not use).
+CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     namespace text,
     actor_id text,
     session_id text,
-    limit_chars integer,
-    fallback_model text,
-    limit_turns integer,
-    limit_items integer,
-    caller text
+    limit_chars integer DEFAULT NULL,
+    fallback_model text DEFAULT NULL,
+    limit_turns integer DEFAULT NULL,
+    limit_items integer DEFAULT NULL
 )
--- A set of one row, as session_get's: its callers' RETURN QUERY or SELECT INTO of it cost less
--- than taking a composite result (OUT parameters) in an expression (measured: 2% of session_get's
--- backend CPU against 4-5%).
 RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
--- plan_cache_mode is its callers' (they pin generic plans: the read statement's custom plan costs
--- more than the read, its parameters being the plan's values, for which the generic plan is as
--- good; on Citus, install --citus makes them plan each call, docs/scaling.md).
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -154,9 +152,24 @@ DECLARE
     extra text[] := '{}';
     plan record;
     changed integer := 0;
+    n bigint;
+    state text;
+    message text;
+    detail text;
+    hint text;
 BEGIN
+    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
+    -- (sql/12_argument_caps.sql).
+    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
+       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
+        PERFORM aidb_memory.refuse_oversized('session_get', 'namespace', namespace, namespace);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'actor_id', namespace, actor_id);
+        PERFORM aidb_memory.refuse_oversized('session_get', 'session_id', namespace, session_id);
+    END IF;
     -- plpgsql rather than SQL: a SQL function that is not inlined (SECURITY DEFINER never is)
-    -- re-plans its body on every call; plpgsql keeps the plan for the connection.
+    -- re-plans its body on every call; plpgsql keeps the plan for the connection. One layer:
+    -- the read statement runs here, not in a function of its own that this one copies from
+    -- (measured: such a function cost session_get 3% of its backend CPU, session_messages 6%).
     LOOP
         -- The plan (session_read_plan, in a statement of its own: Citus routes the read
         -- statement to the actor's shard by its key, a parameter, and the plan cannot run there)
@@ -168,7 +181,7 @@ BEGIN
         -- instructions (seqs 1..plan.pin_seq) come first, then summaries when every
         -- unsummarized turn fits: the newest ones that fit in the budget left.
         SELECT * INTO plan
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, caller);
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get');
         IF plan.compact AND NOT compacted THEN
             -- Once per read: compact, then plan again (the new summary, or the history as it
             -- was with the warning that says why there is none).
@@ -177,6 +190,7 @@ BEGIN
             CONTINUE;
         END IF;
         RETURN QUERY
+        -- BEGIN read_statement
         SELECT coalesce(plan.pinned, '[]'::jsonb)
                || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
                plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
@@ -262,8 +276,11 @@ BEGIN
         -- Citus then plans its table on no shard, which it cannot with xmin.
         WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
                         WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
-              = plan.session_version;
-        EXIT WHEN FOUND;
+              = plan.session_version
+        -- END read_statement
+        ;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        EXIT WHEN n > 0;
         changed := changed + 1;
         IF changed >= 100 THEN
             -- Writers that commit between every plan and its read: a read that cannot finish.
@@ -271,48 +288,6 @@ BEGIN
                 USING ERRCODE = '40001', HINT = 'retry the read';
         END IF;
     END LOOP;
-END
-$$;
-COMMENT ON FUNCTION aidb_memory.session_read(text, text, text, integer, text, integer, integer, text) IS
-'Internal (called by session_get and session_messages): one read of a session''s history, as '
-'session_get returns it. caller is the API function that error messages name.';
-
-CREATE OR REPLACE FUNCTION aidb_memory.session_get(
-    namespace text,
-    actor_id text,
-    session_id text,
-    limit_chars integer DEFAULT NULL,
-    fallback_model text DEFAULT NULL,
-    limit_turns integer DEFAULT NULL,
-    limit_items integer DEFAULT NULL
-)
-RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET debug_print_parse = off
-SET debug_print_rewritten = off
-SET debug_print_plan = off
--- Generic plans for session_read's statements: their custom plans cost more than the read (their
--- parameters are the plan's values, for which the generic plan is as good). On Citus, install
--- --citus makes it plan each call (docs/scaling.md).
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict use_column
-DECLARE
-    state text;
-    message text;
-    detail text;
-    hint text;
-BEGIN
-    -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
-    -- (sql/12_argument_caps.sql).
-    IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
-       OR pg_catalog.pg_column_size(session_id) > 65536 THEN
-        PERFORM aidb_memory.refuse_oversized('session_get', 'namespace', namespace, namespace);
-        PERFORM aidb_memory.refuse_oversized('session_get', 'actor_id', namespace, actor_id);
-        PERFORM aidb_memory.refuse_oversized('session_get', 'session_id', namespace, session_id);
-    END IF;
-    RETURN QUERY SELECT * FROM aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, 'session_get');
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- Raised again from here, the error's CONTEXT is this one line instead of the internal
     -- window query and the frames of the functions under it (docs/architecture.md, Errors).
@@ -369,11 +344,17 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
--- Generic plans, as session_get's.
+-- Generic plans: the read statement's custom plan costs more than the read (its parameters
+-- are the plan's values, for which the generic plan is as good). On Citus, install --citus
+-- makes it plan each call (docs/scaling.md).
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
+    compacted boolean := false;
+    extra text[] := '{}';
+    plan record;
+    changed integer := 0;
     history jsonb;
     plain boolean;
     converted jsonb;
@@ -397,8 +378,28 @@ BEGIN
                   HINT = 'chat: Chat Completions messages; responses: a Responses API input list';
     END IF;
     -- The read of session_get, its items only.
-    SELECT r.items INTO history
-    FROM aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, 'session_messages') AS r;
+    LOOP
+        SELECT * INTO plan
+        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages');
+        IF plan.compact AND NOT compacted THEN
+            -- Once per read: compact, then plan again (the new summary, or the history as it
+            -- was with the warning that says why there is none).
+            extra := aidb_memory.session_compact($1, $2, $3, $4, $5);
+            compacted := true;
+            CONTINUE;
+        END IF;
+        -- session_get's read statement, written there (install puts it here).
+        SELECT r.items INTO history FROM (
+        @read_statement@
+        ) AS r;
+        EXIT WHEN FOUND;
+        changed := changed + 1;
+        IF changed >= 100 THEN
+            -- Writers that commit between every plan and its read: a read that cannot finish.
+            RAISE EXCEPTION 'the session changed during each of % reads', changed
+                USING ERRCODE = '40001', HINT = 'retry the read';
+        END IF;
+    END LOOP;
     IF format = 'responses' THEN
         -- Summaries, items stored in the Responses shape and plain messages, as
         -- items.to_responses renders them, without entering Python (issue 14); a list with

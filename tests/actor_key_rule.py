@@ -40,6 +40,8 @@ import pglast
 from pglast import ast as pg
 from pglast.enums import A_Expr_Kind, BoolExprType, JoinType, SetOperation, SubLinkType
 
+from aidb_memory.install.codebundle import expand_fragments, fragments
+
 SCHEMA = "aidb_memory"
 KEY = "actor_key"
 PER_ACTOR_TABLES = frozenset(
@@ -1090,6 +1092,7 @@ def collect(repo: Path) -> Server:
     for path in sorted(sql_dir.glob("*.sql")):
         text = path.read_text()
         rel = str(path.relative_to(repo))
+        written = fragments(path, text)
         for raw in pglast.parse_sql(text):
             stmt = raw.stmt
             start = raw.stmt_location
@@ -1110,7 +1113,7 @@ def collect(repo: Path) -> Server:
                     if stmt.events & bit:
                         triggers.setdefault((table, event), set()).add(function)
             elif isinstance(stmt, pg.CreateFunctionStmt):
-                _function(rel, text, start, source, stmt, add, graph, unparsed)
+                _function(rel, text, start, source, stmt, add, graph, unparsed, written)
     python = _Python(repo / "plpython" / "aidb_memory_server")
     for module, line, owner, text in python.statements():
         if f"{SCHEMA}." not in text:
@@ -1133,6 +1136,18 @@ def collect(repo: Path) -> Server:
     return Server(statements, graph, triggers, frozenset(views), unparsed)
 
 
+def _expanded(rel: str, body: str, written: dict[str, str]) -> tuple[str, list[int]]:
+    """``body`` with its ``@<name>@`` lines expanded as install does, and for each of its lines
+    the line of ``body`` it comes from (an expanded statement's lines: the ``@<name>@`` line)."""
+    lines: list[str] = []
+    origin: list[int] = []
+    for number, line in enumerate(body.split("\n"), start=1):
+        piece = expand_fragments(Path(rel), line, written).split("\n")
+        lines.extend(piece)
+        origin.extend([number] * len(piece))
+    return "\n".join(lines), origin
+
+
 def _function(
     rel: str,
     text: str,
@@ -1142,6 +1157,7 @@ def _function(
     add: Any,
     graph: dict[str, set[str]],
     unparsed: list[str],
+    written: dict[str, str],
 ) -> None:
     name = stmt.funcname[-1].sval
     owner = f"sql:{name}"
@@ -1169,8 +1185,10 @@ def _function(
         return
     if language != "plpgsql":
         return
+    # As install runs it: a statement the file writes once for two functions stands in each.
+    body, origin = _expanded(rel, body, written)
     try:
-        (tree,) = pglast.parse_plpgsql(source)
+        (tree,) = pglast.parse_plpgsql(source.replace(body_arg[0].sval, body, 1))
     except pglast.parser.ParseError:
         unparsed.append(f"{rel}:{_line_of(text, start)} [{owner}]")
         return
@@ -1181,7 +1199,8 @@ def _function(
         if refname:
             variables.add(refname.lower())
     body_line = _line_of(text, body_at)
-    for lineno, query, mode in _plpgsql_queries(function.get("action")):
+    for expanded_lineno, query, mode in _plpgsql_queries(function.get("action")):
+        lineno = origin[expanded_lineno - 1]
         node = _plpgsql_statement(query, mode)
         if node is None:
             if re.search(rf"\b{SCHEMA}\.", query):

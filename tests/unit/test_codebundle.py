@@ -278,6 +278,49 @@ def test_rendering_embeds_the_generation_given(tmp_path: Path) -> None:
     assert one.statements[0].replace("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb") == two.statements[0]
 
 
+# --- statements written once for two functions -----------------------------------------------
+
+
+def _plpgsql(name: str, body: str) -> str:
+    return (
+        f"CREATE OR REPLACE FUNCTION aidb_memory.{name}() RETURNS bigint\n"
+        f"LANGUAGE plpgsql STABLE {HEADER}AS $$\nBEGIN\n{body}\nEND\n$$;\n"
+    )
+
+
+SHARED = "    -- BEGIN count\n    SELECT count(*)\n    FROM pg_catalog.pg_class\n    -- END count\n"
+
+
+def test_a_statement_written_once_stands_where_another_function_names_it(tmp_path: Path) -> None:
+    text = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql(
+        "b", "    RETURN 1 + (\n    @count@\n    );"
+    )
+    (f,) = sql_files(tmp_path, text)
+    a, b = f.statements
+    assert "    SELECT count(*)\n    FROM pg_catalog.pg_class\n" in a
+    assert "    RETURN 1 + (\n    SELECT count(*)\n    FROM pg_catalog.pg_class\n    );" in b
+    assert "-- BEGIN" not in b and "@count@" not in b
+    assert render_stubs(text, GEN) == "".join(f"{s};\n" for s in f.statements)
+
+
+def test_a_name_no_statement_has_or_one_written_twice_is_refused(tmp_path: Path) -> None:
+    unknown = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql("b", "    @counts@")
+    assert "@counts@ names no statement of the file" in refused(tmp_path, unknown)
+    twice = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql(
+        "b", f"    RETURN (\n{SHARED}    );"
+    )
+    assert "-- BEGIN count stands twice" in refused(tmp_path, twice)
+
+
+def test_only_a_line_of_its_own_names_a_statement(tmp_path: Path) -> None:
+    # jsonpath and operators use @: text around a name is never replaced.
+    text = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql(
+        "b", "    RETURN (SELECT 1 WHERE '@count@' <> '');"
+    )
+    (f,) = sql_files(tmp_path, text)
+    assert "'@count@'" in f.statements[1]
+
+
 # --- generations and the bundle checksum ------------------------------------------------------
 
 

@@ -1,13 +1,18 @@
-"""session_get and session_messages read through one function, session_read (issue 28): the read
-statement (the plan, the window, the summaries) has one definition in sql/, and each API function
-names itself for its errors."""
+"""session_get and session_messages each run the read statement themselves (issue 14: no layer
+between them and the window query), and sql/30_sessions.sql writes it once (issue 28): in
+session_get, between ``-- BEGIN read_statement`` and ``-- END read_statement``; session_messages
+holds ``@read_statement@``, which loading the file replaces with it. Each plans first, naming
+itself for errors."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from aidb_memory.install.codebundle import expand_fragments
+
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SESSIONS = SQL_DIR / "30_sessions.sql"
+WINDOW = "FROM aidb_memory.turn AS t\n"
 
 
 def _body(text: str, function: str) -> str:
@@ -15,20 +20,24 @@ def _body(text: str, function: str) -> str:
     return text[start : text.index("\n$$;", start)]
 
 
-def test_the_read_statement_stands_once() -> None:
-    windows = [
+def test_the_read_statement_is_written_once() -> None:
+    written = [
         path.name
         for path in sorted(SQL_DIR.glob("*.sql"))
-        for _ in range(path.read_text().count("FROM aidb_memory.turn AS t\n"))
+        for _ in range(path.read_text().count(WINDOW))
     ]
-    assert windows == ["30_sessions.sql"]
-    assert "FROM aidb_memory.turn AS t\n" in _body(SESSIONS.read_text(), "session_read")
-
-
-def test_session_get_and_session_messages_read_through_session_read() -> None:
+    assert written == ["30_sessions.sql"]
     text = SESSIONS.read_text()
+    assert WINDOW in _body(text, "session_get")
+    assert "\n        @read_statement@\n" in _body(text, "session_messages")
+
+
+def test_session_get_and_session_messages_run_it_after_their_own_plan() -> None:
+    text = expand_fragments(SESSIONS, SESSIONS.read_text())
     for function in ("session_get", "session_messages"):
-        call = f"aidb_memory.session_read($1, $2, $3, $4, $5, $6, $7, '{function}')"
         body = _body(text, function)
-        assert body.count(call) == 1
-        assert "aidb_memory.session_read_plan(" not in body
+        assert body.count(WINDOW) == 1
+        # The plan, in a statement of its own before the read statement, names the caller.
+        assert body.count(f"session_read_plan($1, $2, $3, $4, $5, $6, $7, '{function}')") == 1
+    # session_messages takes the items alone: its plan leaves the other columns out.
+    assert "SELECT r.items INTO history FROM (\n" in _body(text, "session_messages")

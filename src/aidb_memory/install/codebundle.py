@@ -347,8 +347,8 @@ def _render_statement(
 
 def render_stubs(text: str, generation: str, name: str = "<sql>") -> str:
     """``text`` with each plpython3u function's ``$py$ module.function $py$`` body replaced by
-    the loading stub, one statement after the other."""
-    parsed = parse_statements(Path(name), text)
+    the loading stub, one statement after the other (and its ``@<name>@`` lines expanded)."""
+    parsed = parse_statements(Path(name), expand_fragments(Path(name), text))
     granted = granted_functions([(Path(name), parsed)])
     return "".join(
         f"{s};\n" for stmt, t in parsed for s in _render_statement(stmt, t, generation, granted)
@@ -542,10 +542,46 @@ def _check_targets(files: list[tuple[Path, Parsed]], modules: tuple[Module, ...]
                 raise SqlSourceError(f"sql/{path.name}: {target}: {module} defines no {attr}")
 
 
+# A statement that two functions of one sql/ file run is written once (issue 28): in one of them,
+# between the lines ``-- BEGIN <name>`` and ``-- END <name>``; the other holds the line
+# ``@<name>@`` where it runs it. Each function then has the statement in its own body, so each
+# plans it for itself (a function both called would cost a call, and the planner could not drop
+# the columns one caller does not use); unexpanded, ``@<name>@`` is a syntax error, never code.
+_FRAGMENT = re.compile(r"^[ \t]*-- BEGIN (\w+)\n(.*?)\n[ \t]*-- END \1[ \t]*$", re.M | re.S)
+_FRAGMENT_USE = re.compile(r"^[ \t]*@(\w+)@[ \t]*$", re.M)
+
+
+def fragments(path: Path, text: str) -> dict[str, str]:
+    """The statements ``text`` writes between ``-- BEGIN <name>`` and ``-- END <name>``, by
+    name (a name written twice is refused)."""
+    found: dict[str, str] = {}
+    for m in _FRAGMENT.finditer(text):
+        if m.group(1) in found:
+            raise SqlSourceError(f"sql/{path.name}: -- BEGIN {m.group(1)} stands twice")
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def expand_fragments(path: Path, text: str, written: dict[str, str] | None = None) -> str:
+    """``text`` with each line ``@<name>@`` replaced by the lines of the file between
+    ``-- BEGIN <name>`` and ``-- END <name>`` (:func:`fragments`, or ``written``)."""
+    found = fragments(path, text) if written is None else written
+
+    def lines_of(use: re.Match[str]) -> str:
+        if use.group(1) not in found:
+            raise SqlSourceError(
+                f"sql/{path.name}: @{use.group(1)}@ names no statement of the file "
+                f"(-- BEGIN {use.group(1)} ... -- END {use.group(1)})"
+            )
+        return found[use.group(1)]
+
+    return _FRAGMENT_USE.sub(lines_of, text)
+
+
 def _parse_sql_dir(sql_dir: Path) -> list[tuple[Path, Parsed]]:
     files = []
     for path in sorted(sql_dir.glob("*.sql")):
-        parsed = parse_statements(path, path.read_text(encoding="utf-8"))
+        parsed = parse_statements(path, expand_fragments(path, path.read_text(encoding="utf-8")))
         _lint_sql_file(path, parsed)
         files.append((path, parsed))
     return files
