@@ -42,7 +42,7 @@ import json
 
 import plpy
 
-from aidb_memory_server import compaction, db, keys, validation
+from aidb_memory_server import compaction, db, keys, sessions, validation
 from aidb_memory_server.compaction import Source
 
 # llm is imported where a model is called, endpoints where an error is redacted, typing only by
@@ -103,9 +103,6 @@ LEFT JOIN LATERAL (
 ) m ON true
 WHERE s.actor_key = $1 AND s.id = $2
 """
-_OFFSET_OF = """
-SELECT char_offset FROM aidb_memory.turn WHERE actor_key = $1 AND session_ref = $2 AND seq = $3
-"""
 # The cut (compaction.choose_cut's rule, in SQL over the char offsets, so that a read never loads
 # the history it does not summarize). A cut before turn b is allowed when b starts a round
 # (rounds are contiguous: place_in_rounds gives round_start in seq order), b is past the first
@@ -133,8 +130,6 @@ SELECT coalesce(
 ) AS next_round
 """
 _CUT_TYPES = ("bigint", "bigint", "bigint", "bigint", "bigint", "bigint", "bigint")
-_NEXT_OFFSET = _OFFSET_OF
-_OFFSET_TYPES = ("bigint", "bigint", "bigint")
 # The turns to summarize when they fit in the input cap.
 _SOURCES = """
 SELECT seq, role, content, name, tool_calls::text AS tool_calls, tool_call_id, char_offset, chars,
@@ -400,11 +395,7 @@ def _compact(
         return ["compaction_busy"]
     s = state[0]
     end_seq = int(s["tail_round_start"]) if s["open"] else int(s["next_seq"])
-    end_offset = (
-        int(db.execute(_OFFSET_OF, _OFFSET_TYPES, (key, ref, end_seq))[0]["char_offset"])
-        if s["open"]
-        else int(s["total_chars"])
-    )
+    end_offset = sessions.offset_of(key, ref, end_seq) if s["open"] else int(s["total_chars"])
     covered_seq, covered_offset = int(s["covered_seq"]), int(s["covered_offset"])
     if config["pin_instructions"] and covered_seq < int(s["pinned_seq"]):
         # Compaction covers only the turns after the instructions prefix.
@@ -431,9 +422,7 @@ def _compact(
         return ["newest_round_over_budget"]  # nothing but the newest round: no summary helps
     next_round = int(found[0]["next_round"])
     cut = next_round - 1
-    cut_offset = int(
-        db.execute(_NEXT_OFFSET, _OFFSET_TYPES, (key, ref, next_round))[0]["char_offset"]
-    )
+    cut_offset = sessions.offset_of(key, ref, next_round)
     if cut_offset - covered_offset <= cap:
         rows = list(db.execute(_SOURCES, _SOURCES_TYPES, (key, ref, covered_seq, cut)))
     else:  # one round larger than the cap: its head and its tail

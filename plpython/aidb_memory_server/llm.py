@@ -42,7 +42,6 @@ _SLACK_S = 1.0
 _MODEL = "SELECT provider, options::text AS options FROM aidb_memory.model WHERE name = $1"
 _SECRET = "SELECT value, endpoints FROM aidb_memory.secret WHERE name = $1"
 _BINDING = "SELECT endpoints FROM aidb_memory.secret WHERE name = $1"
-_ENV_PATTERN = "SELECT value FROM aidb_memory.runtime_settings WHERE key = $1"
 _TICK = "SELECT pg_catalog.pg_sleep(0)"
 # True on a hot standby and in a READ ONLY transaction: no usage row can be written there.
 _READ_ONLY = "SELECT pg_catalog.current_setting('transaction_read_only')::boolean AS read_only"
@@ -294,8 +293,9 @@ def _target(model: Model) -> str | None:
 
 
 def _env_refusal(env: str) -> tuple[str, str] | None:
-    rows = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
-    patterns = endpoints.env_patterns(rows[0]["value"] if rows.nrows() else None)
+    from aidb_memory_server import models  # only a model whose key is in the environment
+
+    patterns = endpoints.env_patterns(models.env_pattern())
     if endpoints.env_allowed(env, patterns):
         return None
     return (

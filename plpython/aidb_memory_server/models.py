@@ -255,8 +255,7 @@ def create_model(model_name: str | None, prov: str | None, options: str | None) 
         require_bound(fn, secret, list(found[0]["endpoints"] or []), opts.get("base_url"))
     env = opts.get("api_key_env")
     if env is not None:
-        pattern = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
-        require_env_allowed(fn, env, pattern[0]["value"] if pattern.nrows() else None)
+        require_env_allowed(fn, env, env_pattern())
     rows = db.execute(
         _UPSERT_MODEL,
         ("text", "text", "text", "timestamptz"),
@@ -299,6 +298,15 @@ def require_bound(function: str, secret: str, allowed: list[str], base_url: str 
             "stores it again with aidb_memory.set_secret(name, value, endpoints => ARRAY[...]) "
             "naming this endpoint",
         )
+
+
+def env_pattern() -> str | None:
+    """The allow-list of key variables as a superuser set it (runtime_settings
+    api_key_env_pattern; None when unset): what create_model checks, and llm again at each call."""
+    from aidb_memory_server import db
+
+    rows = db.execute(_ENV_PATTERN, ("text",), (endpoints.ENV_PATTERN_SETTING,))
+    return rows[0]["value"] if rows.nrows() else None
 
 
 def require_env_allowed(function: str, env: str, setting: str | None) -> None:

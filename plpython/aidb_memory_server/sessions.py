@@ -326,7 +326,9 @@ _NO_SESSION: dict[str, Any] = {
 }
 
 
-def _offset_of(key: int, session_ref: int, seq: int) -> int:
+def offset_of(key: int, session_ref: int, seq: int) -> int:
+    """The char offset of turn ``seq`` of the session (the chars of all turns before it): a read's
+    bounds and a compaction's cut (compactor) are (char_offset, seq) positions."""
     rows = db.execute(_OFFSET_OF, ("bigint", "bigint", "bigint"), (key, session_ref, seq))
     return int(rows[0]["char_offset"])
 
@@ -396,7 +398,7 @@ def session_read_plan(
     if s["open_calls"]:
         # A round whose tool calls have no results yet is not history a model can be sent.
         end_seq = int(s["tail_round_start"])
-        end_offset = _offset_of(key, ref, end_seq)
+        end_offset = offset_of(key, ref, end_seq)
         warnings.append("tool_results_pending")
     budgeted = limit_chars is not None or limit_turns is not None or limit_items is not None
     pin_seq, pin_chars = 0, 0
@@ -479,7 +481,7 @@ def session_read_plan(
     if room_count is not None:
         first = end_seq - room_count
         if first > lo_seq:
-            lo_offset, lo_seq = max((lo_offset, lo_seq), (_offset_of(key, ref, first), first))
+            lo_offset, lo_seq = max((lo_offset, lo_seq), (offset_of(key, ref, first), first))
             summary_room = -1  # turns before the window are left out, so are their summaries
         elif room_items is not None and summary_room >= 0:
             # Summaries are items too: at most the slots the unsummarized turns leave.
@@ -495,7 +497,7 @@ def session_read_plan(
         empty = "newest_round_over_budget"
         if room_items is not None and (
             room_chars is None
-            or (_offset_of(key, ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
+            or (offset_of(key, ref, end_seq - 1), end_seq - 1) >= (lo_offset, lo_seq)
         ):
             empty = "limit_items_round_split"
         plan["empty_warning"] = empty

@@ -27,7 +27,7 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setitem(sys.modules, "plpy", types.ModuleType("plpy"))
     for name in ("aidb_memory_server.db", "aidb_memory_server.llm"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    from aidb_memory_server import db, llm
+    from aidb_memory_server import db, llm, models
 
     executed: list[tuple[str, tuple[Any, ...]]] = []
     secrets = {"stored": SECRET, "elsewhere": SECRET}
@@ -47,7 +47,7 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             if name not in secrets:
                 return _Rows()
             return _Rows([{"value": secrets[name], "endpoints": bindings.get(name)}])
-        if sql == llm._ENV_PATTERN:
+        if sql == models._ENV_PATTERN:
             return _Rows([{"value": env_pattern[0]}] if env_pattern[0] is not None else [])
         if sql == llm._READ_ONLY:
             return _Rows([{"read_only": False}])
