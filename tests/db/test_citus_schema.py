@@ -410,3 +410,16 @@ def test_module_prints_the_statements_and_checks_a_database(db: Database) -> Non
     problems = citus.classification(cat) + citus.violations(cat)
     assert checked.returncode == (1 if problems else 0), checked.stderr
     assert checked.stdout.splitlines() == problems
+
+
+def test_the_module_path_before_the_move_still_runs() -> None:
+    # Operators ran `python -m aidb_memory.citus` before it moved under install/ (issue 28).
+    printed = subprocess.run(
+        [sys.executable, "-m", "aidb_memory.citus", "statements"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == [s.sql + ";" for s in citus.statements()]
