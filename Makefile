@@ -8,8 +8,8 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 lint: bootstrap
-	$(VENV)/bin/ruff check src plpython tests
-	$(VENV)/bin/ruff format --check src plpython tests
+	$(VENV)/bin/ruff check src plpython tests bench
+	$(VENV)/bin/ruff format --check src plpython tests bench
 
 typecheck: bootstrap
 	$(VENV)/bin/mypy
