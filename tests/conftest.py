@@ -45,15 +45,12 @@ CREATEROLE_USER = "createrole_user"  # CREATEROLE, member of nothing
 _counter = itertools.count()
 
 
-class Database:
-    """One database of the throwaway server, with helpers to run SQL as different roles."""
-
-    def __init__(self, server: ThrowawayServer, name: str) -> None:
-        self.server = server
-        self.name = name
+class SqlDatabase:
+    """A database reached by its dsn, with helpers to run SQL as different roles: one of the
+    throwaway server (Database) or of a Citus cluster (test_citus_cluster.Node)."""
 
     def dsn(self, user: str = "postgres") -> str:
-        return self.server.dsn(self.name, user)
+        raise NotImplementedError
 
     def connect(self, user: str = "postgres", autocommit: bool = True) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn(user), autocommit=autocommit)
@@ -67,6 +64,17 @@ class Database:
     def value(self, query: str, params: Any = None, user: str = "postgres") -> Any:
         rows = self.sql(query, params, user)
         return rows[0][0] if rows else None
+
+
+class Database(SqlDatabase):
+    """One database of the throwaway server."""
+
+    def __init__(self, server: ThrowawayServer, name: str) -> None:
+        self.server = server
+        self.name = name
+
+    def dsn(self, user: str = "postgres") -> str:
+        return self.server.dsn(self.name, user)
 
 
 def run_cli(

@@ -26,7 +26,7 @@ from test_upgrade_releases import LAST_RELEASE_BEFORE_ISSUE_23, _git, _install_r
 from aidb_memory.install import citus
 from aidb_memory.ops.worker import key_ranges
 from aidb_memory.throwaway import ThrowawayServer
-from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
+from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, SqlDatabase, run_cli
 from deployments import CitusCluster, citus_available, citus_cluster
 from fake_openai import FakeOpenAI, Reply, serve
 
@@ -35,7 +35,7 @@ NS = "cns"
 SKIP_REASON = "the citus extension is not installed here (run ../shared/citus/build.sh as root)"
 
 
-class Node:
+class Node(SqlDatabase):
     """One database of the cluster, reached through the coordinator."""
 
     def __init__(self, cluster: CitusCluster, name: str) -> None:
@@ -44,18 +44,6 @@ class Node:
 
     def dsn(self, user: str = "postgres") -> str:
         return self.cluster.dsn(self.name, user)
-
-    def connect(self, user: str = "postgres", autocommit: bool = True) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.dsn(user), autocommit=autocommit)
-
-    def sql(self, query: str, params: Any = None, user: str = "postgres") -> list[tuple[Any, ...]]:
-        with self.connect(user) as conn:
-            cur = conn.execute(query, params)  # type: ignore[arg-type]
-            return cur.fetchall() if cur.description else []
-
-    def value(self, query: str, params: Any = None, user: str = "postgres") -> Any:
-        rows = self.sql(query, params, user)
-        return rows[0][0] if rows else None
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +131,7 @@ def test_upgrade_from_the_previous_release_with_data_then_install_citus(
     tree = tmp_path / "release"
     _git("worktree", "add", "--detach", str(tree), LAST_RELEASE_BEFORE_ISSUE_23)
     try:
-        _install_release(db, tree)  # type: ignore[arg-type]  # Node has dsn() and value()
+        _install_release(db, tree)
         db.sql("SELECT aidb_memory.init('up')")
         for actor in ("alice", "bob"):
             db.sql(

@@ -25,7 +25,15 @@ from test_upgrade_actor_key import TOOLS  # the same tool round, one definition
 from aidb_memory.install import catalog
 from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
-from conftest import APP_USER, REPO, Database, _create_database, _drop_database, run_cli
+from conftest import (
+    APP_USER,
+    REPO,
+    Database,
+    SqlDatabase,
+    _create_database,
+    _drop_database,
+    run_cli,
+)
 
 # The last release that landed before this issue: today's migrations, but the installer whose
 # clean-up dropped nothing (so it is the one whose leftovers matter most).
@@ -100,7 +108,7 @@ def release(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
         _git("worktree", "remove", "--force", str(path))
 
 
-def _install_release(db: Database, tree: Path) -> None:
+def _install_release(db: SqlDatabase, tree: Path) -> None:
     # The release's own installer: its aidb_memory package first on the path, so that its CLI
     # runs its own sql/, migrations/ and plpython/ (every release's installer runs with this
     # venv's psycopg, so no release needs today's installer as a fallback).
