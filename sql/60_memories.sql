@@ -135,31 +135,30 @@ COMMENT ON FUNCTION aidb_memory.namespace_drop(text, text) IS
 
 -- Each lexeme of a memory keyed by its actor: what memory.lexeme_keys holds (the trigger below
 -- writes it) and the index memory_lexemes_idx indexes. migrations/0018_lexemes.sql defines it
--- first (it fills the column) with the same text. Not STRICT: PostgreSQL folds a strict function
--- of NULL constants without checking EXECUTE (the no-membership security test calls every
--- function so).
+-- first (it fills the column) in SQL with the same statement. PL/pgSQL here: it keeps the
+-- statement's plan for the session, where an SQL function that is SECURITY DEFINER or has SET
+-- clauses is never inlined and plans its body again in every transaction (~65 us of remember's
+-- ~300, in the trigger below). Not STRICT: PostgreSQL folds a strict function of NULL constants
+-- without checking EXECUTE (the no-membership security test calls every function so).
 CREATE OR REPLACE FUNCTION aidb_memory.actor_lexemes(actor_key bigint, lexemes pg_catalog.tsvector)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
-SELECT pg_catalog.array_agg(($1)::pg_catalog.text OPERATOR(pg_catalog.||) ':'
-                            OPERATOR(pg_catalog.||) l.lexeme)
-FROM pg_catalog.unnest(pg_catalog.tsvector_to_array($2)) AS l(lexeme)
+BEGIN
+    RETURN (SELECT array_agg((actor_key)::text || ':' || l.lexeme)
+            FROM unnest(tsvector_to_array(lexemes)) AS l(lexeme));
+END
 $$;
 COMMENT ON FUNCTION aidb_memory.actor_lexemes(bigint, pg_catalog.tsvector) IS
 'Internal: the lexemes of a memory, each as "<actor_key>:<lexeme>": what memory.lexeme_keys '
 'holds, which the GIN index memory_lexemes_idx indexes so that search reads one actor''s '
 'memories with a word without reading all of the actor''s memories.';
 
--- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written. The same
--- expression as actor_lexemes (tests/db/test_docs.py checks the two agree on stored rows), written
--- out: PL/pgSQL keeps this statement's plan for the session, where a call of that SQL function
--- (SECURITY DEFINER, SET clauses: never inlined) plans its body again in every transaction
--- (~65 us of remember's ~300).
+-- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_lexeme_keys()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -169,10 +168,7 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 BEGIN
-    NEW.lexeme_keys := ARRAY(
-        SELECT (NEW.actor_key)::text || ':' || l.lexeme
-        FROM unnest(tsvector_to_array(NEW.lexemes)) WITH ORDINALITY AS l(lexeme, n)
-        ORDER BY l.n);
+    NEW.lexeme_keys := coalesce(aidb_memory.actor_lexemes(NEW.actor_key, NEW.lexemes), '{}');
     RETURN NEW;
 END
 $$;
