@@ -1,15 +1,22 @@
-"""`make bench-compare BASE=<rev>`: our hot paths at two versions of the code, side by side.
+"""`make bench-compare BASE=<rev>`: our hot paths at two versions of the code, side by side, and
+the regression gate every change passes (bench/README.md, "Two versions side by side").
 
 `make bench` compares us with plain SQL and with the peer within one version; its ratios move by
 ±0.05 from run to run because the machine drifts between and within runs. A question such as
 "did this change make `add` 5% slower?" needs both versions measured in the same run, in the same
 server, alternating: this script installs each source tree into its own database of one
-throwaway server and times (a) `add` of the 2-turn exchange and (b) `session_get` with
-`limit_chars => 8000` on a 1,000-turn session, a burst of one version, then of the other, in
-alternating order, and prints each version's median and its ratio to the first. With
-`--ops` it times the reads of (d) and (d2) too. When the server runs on this machine it also
-prints each version's backend CPU time per call (from /proc/<pid>/schedstat), which a busy
-machine disturbs much less than the wall-clock time of a round trip.
+throwaway server, builds (b)'s 1,000-turn session and (c)'s generated 100,000-turn one (the
+statistics the reads' generic plans are made from, as in make bench), and times (a) `add` of the
+2-turn exchange, (b) `session_get` with `limit_chars => 8000` and (d)'s `session_messages` (by
+default; `--ops`), a burst of each version in turn, in alternating order, for `--seconds`
+(default 180: a slow spell of a minute shows in some rounds and not in others).
+
+Per version and call it prints the median and p95 µs of all calls, the spread of the rounds
+(p10..p90 of their mean µs), the median backend CPU µs per call (from /proc/<pid>/schedstat,
+when the server runs here: a busy machine disturbs it much less than a round trip's wall time),
+and the ratios to the first version. The gate (bench/gate.py) flags a call more than 5% slower
+than the first version's, by median wall time or CPU, or whose rounds split into two modes; the
+exit status is 1 when anything was flagged.
 
     .venv/bin/python bench/compare.py before=/path/to/old/checkout after=.
 
@@ -22,20 +29,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gate
 import psycopg
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import INIT, NS  # noqa: E402  (bench/ is not a package)
-from sessions import A_TURNS, ADD, GET, exchange  # noqa: E402
+from sessions import A_TURNS, ADD, GET, build_big, exchange  # noqa: E402
 
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 
@@ -53,17 +61,21 @@ with psycopg.connect(sys.argv[1]) as conn:
 """
 
 
-def prepare(dsn: str, tree: Path) -> psycopg.Connection[Any]:
-    """Install ``tree`` into ``dsn``'s database and build the 1,000-turn session of (b)."""
+def prepare(dsn: str, tree: Path, big_turns: int) -> psycopg.Connection[Any]:
+    """Install ``tree`` into ``dsn``'s database and build the 1,000-turn session of (b), and
+    (``big_turns``) the generated session of (c)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(INIT, (NS,))
-    for sid in ("a", "small"):
+    for sid in ("a", "small", "big"):
         conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
     for seq in range(1, 1000, 2):
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
-    conn.execute("ANALYZE")
+    if big_turns:
+        build_big(conn, big_turns)  # ends with VACUUM ANALYZE, as make bench's does
+    else:
+        conn.execute("ANALYZE")
     return conn
 
 
@@ -76,6 +88,7 @@ RESPONSES = (
 OPS = {
     "add": "(a) add",
     "get": "(b) session_get 8,000 chars",
+    "big": "(c) session_get 8,000 chars of --big-turns",
     "messages": "(d) session_messages 20 turns",
     "responses": "(d2) responses 20 items",
     "remember": "remember (a new memory)",
@@ -95,14 +108,18 @@ def backend_cpu_ns(pid: int) -> int | None:
         return None
 
 
-def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
-    """Mean µs of ``n`` calls of ``op``."""
-    t0 = time.perf_counter()
+def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
+    """µs of each of ``n`` calls of ``op``."""
+    clock = time.perf_counter_ns
+    out = []
     for _ in range(n):
+        t0 = clock()
         if op == "add":
             conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
         elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+        elif op == "big":
+            conn.execute(GET, (NS, ACTOR, "big", 8000), prepare=True).fetchall()
         elif op == "remember":
             k = next(_remembered)
             fact = f"Rita noted item {k} of her trip: tea in Lisbon, code {k * 7919 % 100003}"
@@ -110,18 +127,70 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> float:
         else:
             sql = MESSAGES if op == "messages" else RESPONSES
             conn.execute(sql, (NS, ACTOR, "small", 20), prepare=True).fetchall()
-    return (time.perf_counter() - t0) / n * 1e6
+        out.append((clock() - t0) / 1000)
+    return out
+
+
+@dataclass
+class Timed:
+    """One call of one version: every call's µs, and per round its mean µs and backend CPU µs."""
+
+    calls: list[float] = field(default_factory=list)
+    rounds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def report(trees: list[str], ops: list[str], timed: dict[tuple[str, str], Timed]) -> int:
+    """Print each call's figures per version and the gate's flags; the number of flags."""
+    flagged = 0
+    for op in ops:
+        print(f"\n{OPS[op]}")
+        print(
+            f"  {'version':12s} {'median':>8s} {'p95':>8s} {'rounds p10..p90':>17s} "
+            f"{'cpu':>8s} {'ratio':>6s} {'cpu':>6s}  (µs per call; ratios to {trees[0]})"
+        )
+        base = timed[(trees[0], op)]
+        for label in trees:
+            t = timed[(label, op)]
+            verdict = gate.judge(t.rounds, base.rounds, t.cpu, base.cpu)
+            cpu = f"{gate.median(t.cpu):8.1f}" if t.cpu else f"{'-':>8s}"
+            cpu_ratio = "-" if verdict.cpu_ratio is None else f"{verdict.cpu_ratio:.3f}"
+            spread = f"{gate.percentile(t.rounds, 0.1):.0f}..{gate.percentile(t.rounds, 0.9):.0f}"
+            print(
+                f"  {label:12s} {gate.median(t.calls):8.1f} {gate.percentile(t.calls, 0.95):8.1f} "
+                f"{spread:>17s} {cpu} {verdict.wall_ratio:6.3f} {cpu_ratio:>6s}"
+            )
+            for flag in verdict.flags:
+                flagged += 1
+                print(f"  FLAG {label}: {OPS[op]}: {flag}")
+    return flagged
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs="+", metavar="LABEL=PATH", help="source trees to compare")
-    parser.add_argument("--rounds", type=int, default=80, help="alternating rounds (default 80)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=180,
+        help="how long the rounds run, at least (default 180: a mode that comes and goes "
+        "within a minute shows in some rounds and not in others)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="alternating rounds (default: as --seconds lasts)"
+    )
     parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
     parser.add_argument(
+        "--big-turns",
+        type=int,
+        default=100_000,
+        help="turns of a generated session beside (b)'s, as make bench has (default 100,000; "
+        "0: none): the statistics that the generic plans of the reads are made from",
+    )
+    parser.add_argument(
         "--ops",
-        default="add,get",
-        help="what to time, comma-separated, of " + ", ".join(OPS) + " (default add,get)",
+        default="add,get,messages",
+        help="what to time, comma-separated, of " + ", ".join(OPS) + " (default add,get,messages)",
     )
     args = parser.parse_args()
     trees = []
@@ -133,44 +202,54 @@ def main() -> int:
     ops = args.ops.split(",")
     if not ops or any(op not in OPS for op in ops):
         parser.error(f"--ops: expected some of {', '.join(OPS)}")
-    times: dict[tuple[str, str], list[float]] = {}
-    cpu: dict[tuple[str, str], list[float]] = {}
-    pids: dict[str, int] = {}
-    with ThrowawayServer() as server:
-        conns = {}
+    if "big" in ops and not args.big_turns:
+        parser.error("--ops big needs --big-turns")
+    timed = {(label, op): Timed() for label, _ in trees for op in ops}
+    # Every version's tables in shared buffers (the generated session is ~100 MB a version): with
+    # PostgreSQL's default 128 MB the versions would evict each other's pages, and the one whose
+    # pages come back from the OS's cache would pay for it in backend CPU.
+    buffers = max(1024, 256 * len(trees) * max(1, args.big_turns // 100_000))
+    with ThrowawayServer(postgres_args=f"-c shared_buffers={buffers}MB") as server:
+        conns, pids = {}, {}
         for i, (label, tree) in enumerate(trees):
             with psycopg.connect(server.dsn(), autocommit=True) as admin:
                 admin.execute(f"CREATE DATABASE compare_{i}")
             print(f"compare: installing {label} ({tree})", flush=True)
-            conns[label] = prepare(server.dsn(f"compare_{i}"), tree)
+            conns[label] = prepare(server.dsn(f"compare_{i}"), tree, args.big_turns)
             row = conns[label].execute("SELECT pg_backend_pid()").fetchone()
             assert row is not None
             pids[label] = int(row[0])
-        for r in range(args.rounds):
+        print(
+            f"compare: rounds of {args.burst} calls of each of {', '.join(ops)} per version, "
+            + (f"{args.rounds} rounds" if args.rounds else f"for {args.seconds:.0f} s"),
+            flush=True,
+        )
+        started = time.monotonic()
+        next_progress = started + 30
+        r = 0
+        while (
+            r < args.rounds if args.rounds else time.monotonic() - started < args.seconds
+        ) or r < 2:
             for label, _ in trees if r % 2 == 0 else trees[::-1]:
                 for op in ops:
                     before = backend_cpu_ns(pids[label])
-                    times.setdefault((label, op), []).append(burst(conns[label], op, args.burst))
+                    calls = burst(conns[label], op, args.burst)
                     after = backend_cpu_ns(pids[label])
+                    t = timed[(label, op)]
+                    t.calls.extend(calls)
+                    t.rounds.append(sum(calls) / len(calls))
                     if before is not None and after is not None:
-                        used = (after - before) / args.burst / 1000
-                        cpu.setdefault((label, op), []).append(used)
-            if (r + 1) % 20 == 0:
-                print(f"compare: {r + 1}/{args.rounds} rounds", flush=True)
+                        t.cpu.append((after - before) / args.burst / 1000)
+            r += 1
+            if time.monotonic() > next_progress:
+                print(f"compare: {r} rounds, {time.monotonic() - started:.0f} s", flush=True)
+                next_progress += 30
         for conn in conns.values():
             conn.close()
-    for op in ops:
-        what = OPS[op]
-        first = statistics.median(times[(trees[0][0], op)])
-        for label, _ in trees:
-            median = statistics.median(times[(label, op)])
-            line = f"{what:30s} {label:12s} median {median:8.1f} µs  ratio {median / first:.3f}"
-            if (label, op) in cpu and (trees[0][0], op) in cpu:
-                own = statistics.median(cpu[(label, op)])
-                base = statistics.median(cpu[(trees[0][0], op)])
-                line += f"  backend cpu {own:7.1f} µs  ratio {own / base:.3f}"
-            print(line)
-    return 0
+    flagged = report([label for label, _ in trees], ops, timed)
+    print(f"\ncompare: {r} rounds in {time.monotonic() - started:.0f} s; ", end="")
+    print(f"{flagged} flags" if flagged else "no flags")
+    return 1 if flagged else 0
 
 
 if __name__ == "__main__":

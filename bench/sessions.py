@@ -149,10 +149,19 @@ def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
     say(f"  1,000-turn session 'small': 500 adds in {time.perf_counter() - t0:.1f} s")
 
+    t0 = time.perf_counter()
+    build_big(conn, big_turns)
+    say(
+        f"  {big_turns:,}-turn session 'big': generated in SQL + 1 add, "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+
+
+def build_big(conn: psycopg.Connection[Any], big_turns: int) -> None:
+    """The session 'big' (started already) of ``big_turns`` turns, then VACUUM ANALYZE."""
     # The 100,000-turn session: all but the last exchange generated in SQL (an event per
     # exchange, turns with the positions, rounds and char offsets `add` would give them, the
     # session's counters and tail to match), then the last exchange through `add`.
-    t0 = time.perf_counter()
     n = big_turns - 2
     found = conn.execute("SELECT id FROM aidb_memory.session WHERE session_id = 'big'").fetchone()
     assert found is not None
@@ -201,10 +210,6 @@ def build_sessions(conn: psycopg.Connection[Any], big_turns: int) -> None:
     conn.execute("VACUUM ANALYZE aidb_memory.turn")
     conn.execute("VACUUM ANALYZE aidb_memory.session")
     conn.execute("VACUUM ANALYZE aidb_memory.event")
-    say(
-        f"  {big_turns:,}-turn session 'big': generated in SQL + 1 add, "
-        f"{time.perf_counter() - t0:.1f} s"
-    )
 
 
 TURN_COLS = (

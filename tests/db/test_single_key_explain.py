@@ -151,6 +151,7 @@ class Tracer:
         ):
             self.conn.execute(setting)
         self.calls: dict[str, list[Seen]] = {}
+        self.plans: list[tuple[str, str, dict[str, Any]]] = []  # (call, where, plan): all of them
 
     def call(self, name: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run one hot call; its statements' plans are checked under ``name``. A call that
@@ -177,6 +178,7 @@ class Tracer:
             if where is None:
                 lines = [line.strip() for line in query_text.splitlines() if line.strip()]
                 where = f"`{lines[0] if lines else query_text}`"
+            self.plans.append((name, where, explained["Plan"]))
             one = Seen(where)
             _check(explained["Plan"], self.tables_of, one)
             if one.scans:
@@ -340,6 +342,62 @@ def test_every_hot_call_reads_per_actor_tables_by_index_on_the_key(
         f"{len(unique)} problems (scans of per-actor tables without index access by actor_key, "
         "failed calls):\n" + "\n".join(unique.values())
     )
+
+
+PARALLEL_NODES = ("Gather", "Gather Merge")
+
+
+def _parallel(plan: dict[str, Any]) -> list[str]:
+    """The nodes of ``plan`` that start or feed parallel workers."""
+    return [
+        node.get("Relation Name") or node["Node Type"]
+        for node in _walk(plan)
+        if node["Node Type"] in PARALLEL_NODES or node.get("Parallel Aware")
+    ]
+
+
+@pytest.mark.skipif(not AUTO_EXPLAIN.exists(), reason="auto_explain (postgresql-contrib) missing")
+def test_no_hot_call_starts_parallel_workers(db: Database, places: Places) -> None:
+    """Issue 33: a parallel plan of one actor's rows starts workers (~7 ms) for a read of well
+    under a millisecond. session_get's generic plan went parallel whenever the statistics of
+    `turn` promised a few thousand rows (make bench (b): ten times slower until the next
+    ANALYZE). Here parallelism costs the planner nothing, so any statement that could run in
+    parallel would: none that reads a per-actor table may, under any statistics (migration
+    0020: parallel_workers = 0). The catalog's own small tables (the runtime's code, read once
+    per connection) never reach min_parallel_table_scan_size and are not judged here."""
+    ids = _setup(db)
+    tracer = Tracer(db, places)
+    try:
+        for setting in (
+            "parallel_setup_cost = 0",
+            "parallel_tuple_cost = 0",
+            "min_parallel_table_scan_size = 0",
+            "min_parallel_index_scan_size = 0",
+            "enable_seqscan = on",
+        ):
+            tracer.conn.execute(f"SET {setting}")
+        _run_hot_calls(tracer, ids)
+    finally:
+        tracer.close()
+    assert {call for call, _, _ in tracer.plans} == set(rule.HOT_FUNCTIONS)
+    parallel = {
+        f"{call}: {where}: {', '.join(nodes)}"
+        for call, where, plan in tracer.plans
+        if (nodes := _parallel(plan))
+        and any(n.get("Relation Name") in rule.PER_ACTOR_TABLES for n in _walk(plan))
+    }
+    assert not parallel, "parallel plans:\n" + "\n".join(sorted(parallel))
+
+
+def test_the_parallel_check_sees_workers() -> None:
+    gather = {
+        "Node Type": "Gather Merge",
+        "Plans": [
+            {"Node Type": "Bitmap Heap Scan", "Relation Name": "turn", "Parallel Aware": True}
+        ],
+    }
+    assert _parallel({"Node Type": "Result", "Plans": [gather]}) == ["Gather Merge", "turn"]
+    assert _parallel({"Node Type": "Index Scan", "Relation Name": "turn"}) == []
 
 
 def test_the_plan_checker_refuses_what_is_not_keyed() -> None:
