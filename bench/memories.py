@@ -143,36 +143,75 @@ def memory_shape(total: int) -> tuple[int, int]:
     return per_actor, 9 * per_actor // OTHER_ACTOR_MEMORIES
 
 
-def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
-    """(e): ``total`` memories in namespace NS, every tenth one ACTOR's (so ACTOR's are spread over
-    the whole table, as a long-lived actor's would be), the others spread over many actors with
-    OTHER_ACTOR_MEMORIES each; generated in SQL as the superuser, without embeddings (the
-    namespace has no embedding model: search fuses full text and near words). The secondary indexes
-    are dropped for the load and created again from their own definitions, which is much faster
-    than maintaining the GIN index row by row."""
-    per_actor, _ = memory_shape(total)
-    groups = per_actor // OTHER_ACTOR_MEMORIES
-    found = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)).fetchone()
-    assert found is not None
-    ns_id = found[0]
-    defs = dict(
+def _index_definitions(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return dict(
         conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'aidb_memory' "
             "AND tablename = 'memory' AND indexname = ANY (%s)",
             (list(MEMORY_INDEXES),),
         ).fetchall()
     )
+
+
+def bulk_insert(
+    conn: psycopg.Connection[Any], insert: str, params: dict[str, Any], ns_id: int, row: str
+) -> tuple[float, float]:
+    """Run ``insert`` (memories of namespace ``ns_id``, one statement) as a bulk load: the
+    secondary indexes of MEMORY_INDEXES dropped and created again from their own definitions
+    (checked), search's statistics (memory_lexeme) counted once after the load, as migration
+    0018 counts them, instead of by the trigger row by row (an update of the same few rows per
+    memory: the word every memory of an actor shares was updated once a row). The tables end as
+    the row-by-row load would leave them. Returns the seconds of the load and of the indexes."""
+    defs = _index_definitions(conn)
     assert sorted(defs) == sorted(MEMORY_INDEXES), defs
     t0 = time.perf_counter()
     for name in MEMORY_INDEXES:
         conn.execute(f"DROP INDEX aidb_memory.{name}")
-    # search's statistics (memory_lexeme) are counted once after the load, as migration 0018
-    # counts them, rather than by the trigger row by row.
     conn.execute("ALTER TABLE aidb_memory.memory DISABLE TRIGGER memory_lexemes_counted")
+    conn.execute(insert, params)
+    conn.execute(
+        """
+        INSERT INTO aidb_memory.memory_lexeme (actor_key, namespace_id, actor_id, lexeme, memories)
+        SELECT m.actor_key, m.namespace_id, m.actor_id, l.lexeme, count(*)
+        FROM aidb_memory.memory m
+        CROSS JOIN LATERAL unnest(array_append(tsvector_to_array(m.lexemes), '')) AS l(lexeme)
+        WHERE m.valid_to IS NULL AND m.namespace_id = %s
+        GROUP BY 1, 2, 3, 4
+        """,
+        (ns_id,),
+    )
+    conn.execute("ALTER TABLE aidb_memory.memory ENABLE TRIGGER memory_lexemes_counted")
+    inserted = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    for name in MEMORY_INDEXES:
+        conn.execute(defs[name])
+    conn.execute("RESET maintenance_work_mem")
+    indexed = time.perf_counter() - t1
+    check(
+        _index_definitions(conn) == defs,
+        f"{row} the memory indexes were created again exactly as defined",
+    )
+    return inserted, indexed
+
+
+def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
+    """(e): ``total`` memories in namespace NS, every tenth one ACTOR's (so ACTOR's are spread over
+    the whole table, as a long-lived actor's would be), the others spread over many actors with
+    OTHER_ACTOR_MEMORIES each; generated in SQL as the superuser, without embeddings (the
+    namespace has no embedding model: search fuses full text and near words), by
+    :func:`bulk_insert`."""
+    per_actor, _ = memory_shape(total)
+    groups = per_actor // OTHER_ACTOR_MEMORIES
+    found = conn.execute("SELECT id FROM aidb_memory.namespace WHERE name = %s", (NS,)).fetchone()
+    assert found is not None
+    ns_id = found[0]
     # Row g (0-based): ACTOR's sentence g / 10 when g is a multiple of 10; otherwise actor
     # 'user-<g mod 10>-<(g / 10) mod groups>', whose 100 rows get sentences that are all different.
     # created_at: 10 s apart, in row order.
-    conn.execute(
+    t0 = time.perf_counter()
+    inserted, indexed = bulk_insert(
+        conn,
         f"""
         INSERT INTO aidb_memory.memory
             (actor_key, namespace_id, actor_id, content, content_hash, valid_from, created_at,
@@ -195,26 +234,9 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
             "m": per_actor,
             "total": total,
         },
+        ns_id,
+        "(e)",
     )
-    conn.execute(
-        """
-        INSERT INTO aidb_memory.memory_lexeme (actor_key, namespace_id, actor_id, lexeme, memories)
-        SELECT m.actor_key, m.namespace_id, m.actor_id, l.lexeme, count(*)
-        FROM aidb_memory.memory m
-        CROSS JOIN LATERAL unnest(array_append(tsvector_to_array(m.lexemes), '')) AS l(lexeme)
-        WHERE m.valid_to IS NULL AND m.namespace_id = %s
-        GROUP BY 1, 2, 3, 4
-        """,
-        (ns_id,),
-    )
-    conn.execute("ALTER TABLE aidb_memory.memory ENABLE TRIGGER memory_lexemes_counted")
-    inserted = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    conn.execute("SET maintenance_work_mem = '256MB'")
-    for name in MEMORY_INDEXES:
-        conn.execute(defs[name])
-    conn.execute("RESET maintenance_work_mem")
-    indexed = time.perf_counter() - t1
     t2 = time.perf_counter()
     conn.execute("VACUUM ANALYZE aidb_memory.memory")
     analyzed = time.perf_counter() - t2
@@ -223,14 +245,6 @@ def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:
         "pg_total_relation_size('aidb_memory.memory')"
     ).fetchone()
     assert size is not None
-    again = dict(
-        conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'aidb_memory' "
-            "AND tablename = 'memory' AND indexname = ANY (%s)",
-            (list(MEMORY_INDEXES),),
-        ).fetchall()
-    )
-    check(again == defs, "(e) the memory indexes were created again exactly as defined")
     gen = {
         "total": total,
         "of_actor": per_actor,

@@ -248,6 +248,10 @@ def test_models_of_two_dimensions_share_the_column(db: Database, fake: FakeOpenA
         "created the HNSW index aidb_memory.memory_embedding_12_idx of vectors of 12 "
         "dimensions" in _reinstall(db)
     )
+    # The build may run in parallel; the table keeps migration 0020's no parallel plans after it.
+    assert db.value(
+        "SELECT reloptions FROM pg_class WHERE oid = 'aidb_memory.memory'::regclass"
+    ) == ["parallel_workers=0"]
 
 
 def test_install_moves_real_embeddings_to_pgvector(real_db: Database, fake: FakeOpenAI) -> None:

@@ -385,11 +385,16 @@ FOREACH dims IN ARRAY coalesce(stored, '{{}}')
 LOOP
     IF dims <= {HNSW_MAX_DIMENSIONS} AND pg_catalog.to_regclass(
            pg_catalog.format('{SCHEMA}.{index}', dims)) IS NULL THEN
+        -- The table's parallel_workers = 0 (migration 0020: no parallel plans of one actor's
+        -- rows) would keep the build to one process too; for the build only, in this
+        -- transaction, it may use max_parallel_maintenance_workers.
+        ALTER TABLE {SCHEMA}.memory RESET (parallel_workers);
         EXECUTE pg_catalog.format(
             'CREATE INDEX {index} ON {SCHEMA}.memory USING hnsw '
             '((embedding::%2$I.vector(%1$s)) %2$I.vector_cosine_ops) '
             'WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) '
             'WHERE valid_to IS NULL AND %2$I.vector_dims(embedding) = %1$s', dims, placed);
+        ALTER TABLE {SCHEMA}.memory SET (parallel_workers = 0);
         {created}
     END IF;
 END LOOP;"""
