@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import concurrency  # row (h), bench/concurrency.py
+import gate
 import sessions
 from common import REPO, version
 from measuring import Measured, median, ratio, row, stats
@@ -50,6 +51,30 @@ def machine(load_before: Sequence[float], load_after: Sequence[float]) -> dict[s
     }
 
 
+SPELL = 0.25  # a round this far from its path's median throughput is a spell (issue 33)
+
+
+def spells(paths: dict[str, Measured]) -> str:
+    """Which paths had rounds far from their median (a slow or a fast spell: a plan that changed
+    with the statistics, a background job), in a line per path, or one line saying none had."""
+    lines = []
+    for name, p in paths.items():
+        if len(p.per_round) < 2:
+            continue
+        med = median(p.per_round)
+        off = [x for x in p.per_round if abs(x / med - 1) > SPELL]
+        modes = gate.two_modes([1e6 / x for x in p.per_round])  # µs per operation
+        if off or modes:
+            lines.append(
+                f"  {name}: rounds {min(p.per_round):.0f}..{max(p.per_round):.0f} ops/s, "
+                f"median {med:.0f}; {len(off)} more than {SPELL:.0%} from it"
+                + (f"; {modes}" if modes else "")
+            )
+    if not lines:
+        return f"Every path's rounds within {SPELL:.0%} of its median throughput (no spell)."
+    return "Paths with spells (rounds far from their median throughput):\n" + "\n".join(lines)
+
+
 def report(
     args: argparse.Namespace,
     paths: dict[str, Measured],
@@ -79,6 +104,8 @@ def report(
             f"{name:<12} {s['label']:<32} {s['ops']:>7} {s['ops_per_s']:>8.0f} "
             f"{s['mean_us']:>8.0f} {s['p50_us']:>8.0f} {s['p95_us']:>8.0f}  {s['client']}"
         )
+    print()
+    print(spells(paths))
     print()
     header = "{:<4} {:<36} {:>8} {:>7} {:>7} {:>16}  {}".format(
         "", "ratio", "measured", "target", "median", "rounds min..max", "result"

@@ -213,6 +213,9 @@ def run_all(args: argparse.Namespace) -> int:
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
     result["vectors"] = vector_rows
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    result["elapsed_s"] = round(elapsed)
+    say(f"bench: the whole run took {elapsed / 60:.1f} min")
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps(result, indent=2, sort_keys=False) + "\n"

@@ -99,3 +99,12 @@ def test_the_full_run_json_has_the_format_of_the_stored_results(
     # The table names each comparison, and (e)'s per-query table follows it.
     assert "(a) add of a 2-turn exchange" in out and "d_session/d_peer (throughput)" in out
     assert "(e) per query" in out and "red Volvo" in out
+
+
+def test_the_report_names_a_path_with_a_slow_spell() -> None:
+    steady = Measured("b_get", "session_get", "psycopg", per_round=[2300.0, 2250.0, 2400.0, 2350.0])
+    spell = Measured("c_get", "session_get", "psycopg", per_round=[140.0, 135.0, 2300.0, 2400.0])
+    assert report.spells({"b_get": steady}).startswith("Every path's rounds within 25%")
+    text = report.spells({"b_get": steady, "c_get": spell})
+    assert "c_get: rounds 135..2400 ops/s" in text and "b_get" not in text
+    assert "two modes" in text
