@@ -21,7 +21,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import INIT, NS
+from common import ACTOR, INIT, KEY, NS
 from sessions import A_TURNS, ADD, ADD_REF, GET, MESSAGES, exchange
 
 from aidb_memory.install.installer import Package, install
@@ -85,14 +85,17 @@ def main() -> int:
                 (
                     "(a)'s plain-SQL reference",
                     ADD_REF,
-                    {"ns": NS, "actor": "alice", "sid": "r", "turns": A_TURNS},
+                    {"ns": NS, "actor": ACTOR, "key": KEY, "sid": "r", "turns": A_TURNS},
                 ),
             ]
             for name, sql, params in refs:
+                conn.execute("SELECT pg_stat_statements_reset()")
                 t0 = time.perf_counter()
                 for _ in range(n):
                     conn.execute(sql, params, prepare=True).fetchall()
                 print(f"== {name}: client mean {(time.perf_counter() - t0) / n * 1e6:.0f} µs")
+                for row in conn.execute(STATEMENTS, (n,)):
+                    print("  statement calls {}, {} µs: {}".format(*row))
     return 0
 
 

@@ -73,10 +73,17 @@ def test_a_first_read_then_a_first_add_load_no_model_code(db: Database) -> None:
             "SELECT * FROM aidb_memory.session_get(%s, 'alice', 's', limit_chars => 8000)", (NS,)
         ).fetchall()
         after_read = _modules(conn)
+        # Plain messages: written by PL/pgSQL (sql/31_add_fast.sql), no module of ours loaded.
         conn.execute("SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')", (NS, _turns("more")))
+        after_plain_add = _modules(conn)
+        # A named turn is the PL/Python code's.
+        named = json.dumps([{"role": "user", "content": "more", "name": "bob"}])
+        conn.execute("SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')", (NS, named))
         after_add = _modules(conn)
     assert "aidb_memory_server.sessions" in after_read, "the read really ran our code"
     assert sorted(after_read & set(NEVER_ON_READ)) == []
+    assert "aidb_memory_server.adding" not in after_plain_add
+    assert after_plain_add - after_read == set(), after_plain_add - after_read
     assert "aidb_memory_server.turns" in after_add, "the add really ran our code"
     assert sorted(after_add & set(NEVER_ON_READ_OR_ADD)) == []
 

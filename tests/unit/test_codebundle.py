@@ -565,6 +565,45 @@ def test_the_wrapper_measures_text_and_jsonb_arguments_before_the_call(tmp_path:
     assert "PERFORM aidb_memory.refuse_oversized('init', 'name', NULL::text, $1);" in init
 
 
+def test_the_wrapper_runs_a_fast_path_first_when_sql_defines_one(tmp_path: Path) -> None:
+    """``<name>_fast`` of the same arguments, ``BEGIN <block> RETURN NULL; END``: the wrapper runs
+    the block after the guards and inside the exception handler, then the PL/Python body; a
+    function without one is wrapped as before."""
+    block = "    IF $2 IS NOT NULL THEN\n        RETURN gen_random_uuid();\n    END IF;\n"
+    fast = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.add_fast(namespace text, turns jsonb) "
+        f"RETURNS uuid\nLANGUAGE plpgsql VOLATILE {HEADER}AS $$\nBEGIN\n{block}    RETURN NULL;\n"
+        "END\n$$;\n"
+    )
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.add(namespace text, turns jsonb) RETURNS uuid\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ adding.add $py$;\n"
+        "CREATE OR REPLACE FUNCTION aidb_memory.init(name text) RETURNS bigint\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ namespaces.init $py$;\n"
+        "GRANT EXECUTE ON FUNCTION aidb_memory.add(text, jsonb) TO aidb_users;\n"
+        f"{GRANT_INIT};\n"
+    )
+
+    def wrappers(sql: str) -> list[str]:
+        (f,) = sql_files(tmp_path, sql)
+        found = [python_body(s) for s in f.statements if "LANGUAGE plpgsql" in s]
+        return [w for w in found if w is not None and "_py(" in w]  # not add_fast itself
+
+    add, init = wrappers(text + fast)
+    assert block in add
+    assert (
+        add.index("refuse_oversized") < add.index(block) < add.index("aidb_memory.add_py($1, $2)")
+    )
+    assert add.index(block) < add.index("EXCEPTION WHEN")
+    assert "gen_random_uuid" not in init
+    # Another signature is no fast path of add.
+    add, _ = wrappers(text + fast.replace("(namespace text, turns jsonb)", "(namespace text)"))
+    assert block not in add
+    # A body of another shape is refused.
+    with pytest.raises(SqlSourceError, match="a fast path's body"):
+        wrappers(text + fast.replace("    RETURN NULL;\n", ""))
+
+
 def test_the_wide_number_path_is_the_one_refuse_oversized_counts() -> None:
     """sql/12_argument_caps.sql counts the text of the numbers the wrappers' guard finds."""
     sql = (Path(__file__).resolve().parents[2] / "sql" / "12_argument_caps.sql").read_text()

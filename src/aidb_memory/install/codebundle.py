@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from collections.abc import Mapping
 from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,15 @@ def render_stub(target: str, generation: str) -> str:
 # line. The message keeps its ``aidb_memory.<function>:`` (the worker's functions name
 # process_events) and gets this function's when it has none (an error of PostgreSQL's own).
 BODY_SUFFIX = "_py"
+# A granted PL/Python function ``<name>`` may have a fast path in PL/pgSQL: a function
+# ``<name>_fast`` with the same arguments, defined in sql/, whose body is ``BEGIN <block> RETURN
+# NULL; END``, where the block returns a value when it did the common case without Python and
+# falls through, having written nothing, otherwise. The wrapper runs that block before calling
+# the PL/Python body, inside its exception handler (so that its errors reach the client as the
+# Python code's do, without its statements in the CONTEXT): the same code as the function, which
+# tests call on its own, without the cost of a second call with its own SET clauses.
+FAST_SUFFIX = "_fast"
+_FAST_BODY = re.compile(r"\A\s*BEGIN\n(?P<block>.*\n)\s*RETURN NULL;\s*END\s*\Z", re.S)
 _WRAPPER = r"""
 DECLARE
     _state text;
@@ -178,7 +188,7 @@ DECLARE
     _detail text;
     _hint text;
 BEGIN
-{guards}    {call}
+{guards}{fast}    {call}
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS _state = RETURNED_SQLSTATE, _message = MESSAGE_TEXT,
         _detail = PG_EXCEPTION_DETAIL, _hint = PG_EXCEPTION_HINT;
@@ -224,9 +234,19 @@ def _with_options(stmt: Any, **replace: Any) -> Any:
     return copy
 
 
-def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
+def _renamed(stmt: Any, name: str) -> Any:
+    """A copy of a CreateFunctionStmt under another name in its schema."""
+    copy = deepcopy(stmt)
+    copy.funcname = (stmt.funcname[0], pgast.String(sval=name))
+    return copy
+
+
+def _wrapped(
+    stmt: Any, generation: str, fast_paths: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """The body function, its comment and the wrapper that replace one granted PL/Python
-    function (see :data:`BODY_SUFFIX`)."""
+    function (see :data:`BODY_SUFFIX`); the wrapper runs the function's fast path first when
+    ``fast_paths`` (:func:`_fast_paths`) has one (:data:`FAST_SUFFIX`)."""
     schema, name = (n.sval for n in stmt.funcname)
     body_name = f"{name}{BODY_SUFFIX}"
     target = (python_body(stmt) or "").strip()
@@ -235,6 +255,8 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
     parameters = stmt.parameters or ()
     args = [p for p in parameters if p.mode not in catalog.NOT_ARGUMENTS]
     call = f"{schema}.{body_name}({', '.join(f'${i}' for i in range(1, len(args) + 1))})"
+    fast_name = f"{name}{FAST_SUFFIX}"
+    fast = (fast_paths or {}).get(catalog.signature(_renamed(stmt, fast_name)), "")
     if stmt.is_procedure or any(
         p.mode in (FunctionParameterMode.FUNC_PARAM_OUT, FunctionParameterMode.FUNC_PARAM_INOUT)
         for p in parameters
@@ -251,6 +273,10 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
         statement = f"PERFORM {call};"
     else:
         statement = f"RETURN {call};"
+    if fast and not statement.startswith("RETURN "):
+        raise SqlSourceError(
+            f"{schema}.{fast_name}: a fast path is for a function that returns one value"
+        )
     wrapper = _with_options(
         stmt,
         language=pgast.String(sval="plpgsql"),
@@ -258,7 +284,10 @@ def _wrapped(stmt: Any, generation: str) -> tuple[str, ...]:
             "as": (
                 pgast.String(
                     sval=_WRAPPER.format(
-                        guards=_size_guards(schema, name, args), call=statement, name=name
+                        guards=_size_guards(schema, name, args),
+                        fast=fast,
+                        call=statement,
+                        name=name,
                     )
                 ),
             )
@@ -333,13 +362,17 @@ def python_body(stmt: Any) -> str | None:
 
 
 def _render_statement(
-    stmt: Any, text: str, generation: str, granted: set[str] | frozenset[str] = frozenset()
+    stmt: Any,
+    text: str,
+    generation: str,
+    granted: set[str] | frozenset[str] = frozenset(),
+    fast_paths: Mapping[str, str] | None = None,
 ) -> tuple[str, ...]:
     body = python_body(stmt)
     if not body:
         return (text,)
     if catalog.signature(stmt) in granted:
-        return _wrapped(stmt, generation)
+        return _wrapped(stmt, generation, fast_paths)
     # Only the function's own body is replaced (the lint made sure it is `$py$ target $py$`);
     # comments, strings and other functions keep any text that looks like one.
     return (text.replace(f"$py${body}$py$", render_stub(body.strip(), generation), 1),)
@@ -350,8 +383,11 @@ def render_stubs(text: str, generation: str, name: str = "<sql>") -> str:
     the loading stub, one statement after the other (and its ``@<name>@`` lines expanded)."""
     parsed = parse_statements(Path(name), expand_fragments(Path(name), text))
     granted = granted_functions([(Path(name), parsed)])
+    fast_paths = _fast_paths([(Path(name), parsed)])
     return "".join(
-        f"{s};\n" for stmt, t in parsed for s in _render_statement(stmt, t, generation, granted)
+        f"{s};\n"
+        for stmt, t in parsed
+        for s in _render_statement(stmt, t, generation, granted, fast_paths)
     )
 
 
@@ -587,6 +623,27 @@ def _parse_sql_dir(sql_dir: Path) -> list[tuple[Path, Parsed]]:
     return files
 
 
+def _fast_paths(files: list[tuple[Path, Parsed]]) -> dict[str, str]:
+    """The block of each ``<name>_fast`` function of sql/ (:data:`FAST_SUFFIX`), by its
+    signature."""
+    found = {}
+    for _, parsed in files:
+        for stmt, _ in parsed:
+            if type(stmt).__name__ != "CreateFunctionStmt" or not stmt.funcname[-1].sval.endswith(
+                FAST_SUFFIX
+            ):
+                continue
+            bodies = [arg for n, arg in _options(stmt) if n == "as"]
+            match = _FAST_BODY.match(str(getattr(bodies[0][0], "sval", ""))) if bodies else None
+            if match is None:
+                raise SqlSourceError(
+                    f"{catalog.signature(stmt)}: a fast path's body is BEGIN <block> RETURN "
+                    "NULL; END (codebundle.FAST_SUFFIX)"
+                )
+            found[catalog.signature(stmt)] = match.group("block")
+    return found
+
+
 def _render_files(files: list[tuple[Path, Parsed]], generation: str) -> tuple[SqlFile, ...]:
     granted = granted_functions(files)
     defined = {
@@ -595,13 +652,18 @@ def _render_files(files: list[tuple[Path, Parsed]], generation: str) -> tuple[Sq
         for s, _ in p
         if type(s).__name__ == "CreateFunctionStmt"
     }
+    fast_paths = _fast_paths(files)
     unknown = sorted(granted - defined)
     if unknown:
         raise SqlSourceError(f"sql/ grants EXECUTE on what it does not define: {unknown}")
     return tuple(
         SqlFile(
             path.name,
-            tuple(s for stmt, t in parsed for s in _render_statement(stmt, t, generation, granted)),
+            tuple(
+                s
+                for stmt, t in parsed
+                for s in _render_statement(stmt, t, generation, granted, fast_paths)
+            ),
         )
         for path, parsed in files
     )
