@@ -78,7 +78,13 @@ BEGIN
                   AND agg.plain AND agg.n >= 1
                   AND agg.n <= coalesce((n.config->>'max_turns_per_add')::int, 1000)
                   AND agg.longest <= coalesce((n.config->>'max_turn_chars')::int, 100000)
-                  AND length($3::text) <= coalesce((n.config->>'max_add_chars')::int, 1000000)
+                  -- parse_turns's cap on the batch's JSON text, which is made only when the
+                  -- batch could be over it: a plain batch's text (jsonb's output) is at most 38
+                  -- characters a turn besides its contents, and 6 a character of content
+                  -- (\uXXXX for a control character).
+                  AND (40 * agg.n + 6 * agg.total
+                           <= coalesce((n.config->>'max_add_chars')::int, 1000000)
+                       OR length($3::text) <= coalesce((n.config->>'max_add_chars')::int, 1000000))
                   AND greatest(length($2), length($4), length($5))
                       <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                   AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'

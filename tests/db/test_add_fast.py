@@ -222,6 +222,29 @@ def test_anything_else_is_left_to_the_python_code_with_nothing_written(
     assert db.sql(COUNTS) == before
 
 
+@pytest.mark.parametrize("content", ["\x01" * 170, 'é"\\' * 200, "x" * 1000])
+def test_max_add_chars_is_the_json_texts_length_however_it_is_escaped(
+    namespaces: Database, content: str
+) -> None:
+    """The fast path takes a batch whose JSON text (as the Python code receives it) is within
+    max_add_chars, and leaves one longer than it to the Python code, which refuses it; around
+    the limit, where a batch's bound does not decide."""
+    db = namespaces
+    db.sql(START, (NS, "alice", "s"))
+    batch = json.dumps([{"role": "user", "content": content}])
+    chars = db.value("SELECT length(%s::jsonb::text)", (batch,))
+    assert chars > 1000  # the smallest cap a namespace takes
+    for limit, taken in ((chars, True), (chars - 1, False)):
+        db.sql(
+            "SELECT * FROM aidb_memory.namespace_update(%s, NULL, %s)",
+            (NS, json.dumps({"max_add_chars": limit})),
+        )
+        got = db.value(FAST, (NS, "alice", batch, "s", None, None))
+        assert (got is not None) == taken, (limit, chars)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="characters of JSON"):
+        db.sql(ADD, (NS, "alice", batch, "s", None, None))
+
+
 def test_a_namespace_that_does_not_exist_is_the_python_codes_error(db: Database) -> None:
     with db.connect(APP_USER) as conn, pytest.raises(psycopg.errors.UndefinedObject) as info:
         conn.execute(ADD, ("nowhere", "alice", json.dumps(PLAIN), "s", None, None))
