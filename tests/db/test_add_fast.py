@@ -126,6 +126,35 @@ def test_the_wrapper_takes_the_fast_path_and_answers_with_its_event(namespaces: 
     )
 
 
+def test_both_paths_queue_the_same_compaction_task_past_the_ahead_threshold(db: Database) -> None:
+    """A session whose total passes its ahead threshold (compaction_ahead) gets one compaction
+    task from either path: the fast path's insert and adding._QUEUE_COMPACTION write the same."""
+    opts = {"model": "m", "base_url": "http://127.0.0.1:9/v1"}
+    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
+    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
+    batch = json.dumps([{"role": "user", "content": "x" * 30}])
+    with db.connect() as conn:
+        for sid in ("fast", "slow"):
+            conn.execute(START, (NS, "alice", sid))
+            conn.execute(
+                "INSERT INTO aidb_memory.compaction_ahead (actor_key, session_ref, read_budget, "
+                "ahead_at) SELECT actor_key, id, 500, 10 FROM aidb_memory.session "
+                "WHERE session_id = %s",
+                (sid,),
+            )
+        for _ in range(2):  # the second add finds the task pending: still one
+            assert conn.execute(FAST, (NS, "alice", batch, "fast", None, None)).fetchone()[0]
+            conn.execute(PY, (NS, "alice", batch, "slow", None, None))
+    tasks = """
+    SELECT e.actor_key, e.actor_id, e.turn_count, e.status, e.budget, e.agent_id
+    FROM aidb_memory.event e JOIN aidb_memory.session s ON s.id = e.session_ref
+    WHERE e.kind = 'compaction' AND s.session_id = %s
+    """
+    fast = db.sql(tasks, ("fast",))
+    assert len(fast) == 1 and fast[0][4] == 500
+    assert fast == db.sql(tasks, ("slow",))
+
+
 @pytest.mark.parametrize(
     "actor",
     ["alice", "Zoë@example.com", "用户-1", "a'b\"c\\d", "x" * 255],
