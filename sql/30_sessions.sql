@@ -94,6 +94,154 @@ COMMENT ON FUNCTION aidb_memory.session_read_plan(
 'for summaries, its warnings, whether it should compact, the pinned instructions (seqs '
 '1..pin_seq) and how the window cuts. caller is the API function that error messages name.';
 
+-- The plan of the common read without Python (issue 33): session_get and session_messages run
+-- this function's block themselves (@fast_read_plan@ below) and call session_read_plan only when
+-- it planned nothing. It plans a read of an existing session with no tool calls waiting for
+-- results, without limit_items and without pinned instructions, by plain identifiers (as
+-- add_fast's) within the namespace's limits and valid budgets; anything else, and every error,
+-- is session_read_plan's. It mirrors sessions.session_read_plan for those reads
+-- (tests/db/test_read_plan_sql.py holds the two equal): a PL/Python call costs a read ~90 us,
+-- this ~20 (bench/README.md).
+CREATE OR REPLACE FUNCTION aidb_memory.session_read_plan_sql(
+    namespace text,
+    actor_id text,
+    session_id text,
+    limit_chars integer,
+    fallback_model text,
+    limit_turns integer,
+    limit_items integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    plan record;
+    planned boolean;
+BEGIN
+    -- BEGIN fast_read_plan
+    -- Sets plan (session_read_plan's columns, same types) and planned, or only planned := false.
+    planned := false;
+    DECLARE
+        _key bigint;
+        _s record;
+        _lo_offset bigint;
+        _lo_seq bigint;
+        _first_unsummarized bigint;
+        _summary_room bigint := -1;
+        _warnings text[] := '{}';
+        _compact boolean := false;
+        _unsummarized bigint;
+        _first bigint;
+        _first_offset bigint;
+    BEGIN
+        IF $1 IS NOT NULL AND $2 IS NOT NULL AND $3 IS NOT NULL AND $7 IS NULL
+           -- budget.check_limits' bounds (BUDGET_MAX, TURNS_MAX)
+           AND ($4 IS NULL OR $4 BETWEEN 1 AND 100000000)
+           AND ($6 IS NULL OR $6 BETWEEN 1 AND 1000000)
+           -- Identifiers the Python code takes as they are (as add_fast's).
+           AND $2 ~ '[!-~]' AND $2 !~ '[\x01-\x1f\x7f-\x9f\u2028\u2029]'
+           AND $3 ~ '[!-~]' AND $3 !~ '[\x01-\x1f\x7f-\x9f\u2028\u2029]' THEN
+            -- aidb_memory.actor_key($1, $2), written out (as in add_fast).
+            _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
+                                   'hex'))::bit(64)::bigint;
+            SELECT s.id, s.xmin::text AS version, s.next_seq, s.total_chars, s.tail_round_start,
+                   coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
+                   coalesce(m.chars, 0) AS newest,
+                   coalesce((n.config->>'compaction_min_target_chars')::int, 200) AS min_target,
+                   n.model_spec->>'llm' IS NULL AS no_llm
+            INTO _s
+            FROM aidb_memory.namespace AS n
+            JOIN aidb_memory.session AS s
+              ON s.actor_key = _key AND s.namespace_id = n.id AND s.actor_id = $2
+                 AND s.session_id = $3
+            LEFT JOIN LATERAL (
+                SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary AS x
+                WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+            ) AS m ON true
+            WHERE n.name = $1
+              AND greatest(length($2), length($3))
+                  <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+              AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                   OR $2 = session_user)
+              AND s.open_calls = '{}'
+              AND (($4 IS NULL AND $6 IS NULL) OR s.pinned_seq = 0
+                   OR NOT coalesce((n.config->>'pin_instructions')::boolean, false));
+            IF FOUND THEN
+                _lo_offset := 0;
+                _lo_seq := 1;
+                IF $4 IS NOT NULL THEN
+                    -- Summaries stand in for the turns they cover (a summary never covers the
+                    -- newest round).
+                    _lo_offset := _s.covered_offset;
+                    _lo_seq := _s.covered_seq + 1;
+                    _unsummarized := _s.total_chars - _s.covered_offset;
+                    IF _unsummarized <= $4 THEN
+                        _summary_room := $4 - _unsummarized;
+                    ELSIF 0 < _s.newest AND _s.newest <= $4 / 4 THEN  -- compaction.target_chars
+                        _summary_room := _s.newest;
+                        _lo_offset := _s.total_chars - ($4 - _s.newest);
+                        _lo_seq := 0;
+                    ELSE
+                        _lo_offset := _s.total_chars - $4;
+                        _lo_seq := 0;
+                    END IF;
+                    IF _unsummarized > 0 AND _unsummarized + _s.newest > $4 THEN  -- .needed
+                        IF _s.tail_round_start <= _s.covered_seq + 1 THEN  -- .over_budget_alone
+                            _warnings := '{newest_round_over_budget}';
+                        ELSIF $4 / 4 < _s.min_target THEN
+                            _warnings := '{compaction_budget_too_small}';
+                        ELSIF _s.no_llm AND $5 IS NULL THEN
+                            _warnings := '{compaction_model_unavailable}';
+                        ELSE
+                            _compact := true;
+                        END IF;
+                    END IF;
+                END IF;
+                _first_unsummarized := CASE WHEN $4 IS NULL THEN 1 ELSE _s.covered_seq + 1 END;
+                IF $6 IS NOT NULL AND _s.next_seq - $6 > _lo_seq THEN
+                    _first := _s.next_seq - $6;
+                    SELECT o.char_offset INTO _first_offset FROM aidb_memory.turn AS o
+                    WHERE o.actor_key = _key AND o.session_ref = _s.id AND o.seq = _first;
+                    IF (_first_offset, _first) > (_lo_offset, _lo_seq) THEN
+                        _lo_offset := _first_offset;
+                        _lo_seq := _first;
+                    END IF;
+                    _summary_room := -1;  -- the turns before the window are left out
+                END IF;
+                SELECT _key AS actor_key, _s.id::bigint AS session_ref,
+                       _s.version AS session_version, _s.covered_seq::bigint AS summary_seq,
+                       _lo_offset AS lo_offset, _lo_seq AS lo_seq,
+                       _s.total_chars::bigint AS hi_offset, _s.next_seq::bigint AS hi_seq,
+                       _s.total_chars::bigint AS readable_chars, _summary_room AS summary_room,
+                       _warnings AS warnings, _compact AS compact, 0::bigint AS pin_seq,
+                       NULL::jsonb AS pinned, NULL::bigint AS summary_slots,
+                       false AS by_items,
+                       CASE WHEN _s.next_seq > _first_unsummarized
+                                 AND _warnings <> '{newest_round_over_budget}'
+                            THEN 'newest_round_over_budget' END AS empty_warning
+                INTO plan;
+                planned := true;
+            END IF;
+        END IF;
+    END;
+    -- END fast_read_plan
+    IF planned THEN
+        RETURN to_jsonb(plan);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.session_read_plan_sql(
+    text, text, text, integer, text, integer, integer) IS
+'Internal (its block runs inside session_get and session_messages): the plan of a common read, '
+'as session_read_plan would make it, without Python; NULL for any other read, which '
+'session_read_plan plans.';
+
 CREATE OR REPLACE FUNCTION aidb_memory.session_compact(
     namespace text,
     actor_id text,
@@ -151,6 +299,7 @@ DECLARE
     compacted boolean := false;
     extra text[] := '{}';
     plan record;
+    planned boolean;
     changed integer := 0;
     n bigint;
     state text;
@@ -180,8 +329,11 @@ BEGIN
         -- starts before it: the newest items, never a tool result without its call. Pinned
         -- instructions (seqs 1..plan.pin_seq) come first, then summaries when every
         -- unsummarized turn fits: the newest ones that fit in the budget left.
-        SELECT * INTO plan
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get');
+        @fast_read_plan@
+        IF NOT planned THEN
+            SELECT * INTO plan
+            FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_get');
+        END IF;
         IF plan.compact AND NOT compacted THEN
             -- Once per read: compact, then plan again (the new summary, or the history as it
             -- was with the warning that says why there is none).
@@ -354,6 +506,7 @@ DECLARE
     compacted boolean := false;
     extra text[] := '{}';
     plan record;
+    planned boolean;
     changed integer := 0;
     history jsonb;
     plain boolean;
@@ -379,8 +532,11 @@ BEGIN
     END IF;
     -- The read of session_get, its items only.
     LOOP
-        SELECT * INTO plan
-        FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages');
+        @fast_read_plan@
+        IF NOT planned THEN
+            SELECT * INTO plan
+            FROM aidb_memory.session_read_plan($1, $2, $3, $4, $5, $6, $7, 'session_messages');
+        END IF;
         IF plan.compact AND NOT compacted THEN
             -- Once per read: compact, then plan again (the new summary, or the history as it
             -- was with the warning that says why there is none).

@@ -72,6 +72,12 @@ def test_a_first_read_then_a_first_add_load_no_model_code(db: Database) -> None:
         conn.execute(
             "SELECT * FROM aidb_memory.session_get(%s, 'alice', 's', limit_chars => 8000)", (NS,)
         ).fetchall()
+        # The common read: planned by PL/pgSQL (session_read_plan_sql), no module of ours loaded.
+        after_plain_read = _modules(conn)
+        # limit_items: planned by the PL/Python code.
+        conn.execute(
+            "SELECT * FROM aidb_memory.session_get(%s, 'alice', 's', limit_items => 8)", (NS,)
+        ).fetchall()
         after_read = _modules(conn)
         # Plain messages: written by PL/pgSQL (sql/31_add_fast.sql), no module of ours loaded.
         conn.execute("SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')", (NS, _turns("more")))
@@ -80,6 +86,7 @@ def test_a_first_read_then_a_first_add_load_no_model_code(db: Database) -> None:
         named = json.dumps([{"role": "user", "content": "more", "name": "bob"}])
         conn.execute("SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')", (NS, named))
         after_add = _modules(conn)
+    assert sorted(m for m in after_plain_read if m.startswith("aidb_memory_server")) == []
     assert "aidb_memory_server.sessions" in after_read, "the read really ran our code"
     assert sorted(after_read & set(NEVER_ON_READ)) == []
     assert "aidb_memory_server.adding" not in after_plain_add
