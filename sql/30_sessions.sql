@@ -203,8 +203,8 @@ BEGIN
                     END IF;
                 END IF;
                 _first_unsummarized := CASE WHEN $4 IS NULL THEN 1 ELSE _s.covered_seq + 1 END;
-                IF $6 IS NOT NULL AND _s.next_seq - $6 > _lo_seq THEN
-                    _first := _s.next_seq - $6;
+                _first := _s.next_seq - $6;  -- NULL without limit_turns
+                IF _first > _lo_seq THEN
                     SELECT o.char_offset INTO _first_offset FROM aidb_memory.turn AS o
                     WHERE o.actor_key = _key AND o.session_ref = _s.id AND o.seq = _first;
                     IF (_first_offset, _first) > (_lo_offset, _lo_seq) THEN

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -336,8 +337,6 @@ def test_reads_left_to_the_python_plan(namespaces: Database, case: str) -> None:
 def test_the_constants_are_the_python_ones() -> None:
     """The SQL block writes out budget's bounds, compaction's divisor and the config defaults
     it reads."""
-    from pathlib import Path
-
     text = (Path(__file__).parents[2] / "sql" / "30_sessions.sql").read_text()
     block = text[text.index("-- BEGIN fast_read_plan") : text.index("-- END fast_read_plan")]
     assert f"BETWEEN 1 AND {budget.BUDGET_MAX}" in block
