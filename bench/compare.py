@@ -42,8 +42,8 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import INIT, NS  # noqa: E402  (bench/ is not a package)
-from sessions import A_TURNS, ADD, GET, build_big, exchange  # noqa: E402
+from common import INIT, KEY, NS  # noqa: E402  (bench/ is not a package)
+from sessions import A_TURNS, ADD, ADD_REF, GET, build_big, exchange  # noqa: E402
 
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 
@@ -68,7 +68,7 @@ def prepare(dsn: str, tree: Path, big_turns: int) -> psycopg.Connection[Any]:
     subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(INIT, (NS,))
-    for sid in ("a", "small", "big"):
+    for sid in ("a", "a-ref", "small", "big"):
         conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
     for seq in range(1, 1000, 2):
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
@@ -87,6 +87,7 @@ RESPONSES = (
 )
 OPS = {
     "add": "(a) add",
+    "add_ref": "(a) the plain-SQL reference of add, on this version's tables",
     "get": "(b) session_get 8,000 chars",
     "big": "(c) session_get 8,000 chars of --big-turns",
     "messages": "(d) session_messages 20 turns",
@@ -95,6 +96,9 @@ OPS = {
 }
 # remember's memories: every call a new one (an exact duplicate is not stored again), of a few
 # words every memory shares and one of its own, an actor of their own.
+# add_ref: make bench's reference of (a), which writes our tables: what a change of the tables
+# (an index, a trigger, a constraint) costs any writer, whatever add itself does.
+_REF_PARAMS = {"ns": NS, "actor": ACTOR, "key": KEY, "turns": A_TURNS}
 REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
 _remembered = itertools.count()
 
@@ -116,6 +120,8 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
         t0 = clock()
         if op == "add":
             conn.execute(ADD, (NS, ACTOR, A_TURNS, "a"), prepare=True)
+        elif op == "add_ref":
+            conn.execute(ADD_REF, {**_REF_PARAMS, "sid": "a-ref"}, prepare=True).fetchall()
         elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
         elif op == "big":
