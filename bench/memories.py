@@ -3,7 +3,6 @@ in SQL (a Python mirror of the generator checks them), a tenth of them the searc
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Any
@@ -164,32 +163,17 @@ def bulk_insert(
     params: dict[str, Any],
     ns_id: int,
     row: str,
-    fresh: bool = False,
 ) -> tuple[float, float]:
     """Run ``insert`` (memories of namespace ``ns_id``, one statement) as a bulk load: the
     secondary indexes of MEMORY_INDEXES dropped and created again from their own definitions
     (checked); search's statistics (memory_lexeme) counted once after the load, as migration
     0018 counts them, instead of by the trigger row by row (an update of the same few rows per
     memory: the word every memory of an actor shares was updated once a row); the actors'
-    vocabularies (memory_word) filled once after it too (by the trigger, (e)'s load took 45%
-    longer). The tables end as the row-by-row load would leave them. Returns the seconds of the
-    load and of the indexes.
-
-    ``fresh`` (a database of its own, no memory yet; ``conn`` in autocommit): the load and the
-    indexes in one transaction that first empties the tables it fills, so that on a server with
-    ``wal_level = minimal`` none of it is written to the WAL (PostgreSQL skips it for a relation
-    created in the same transaction), as ``COPY`` after ``TRUNCATE`` loads are."""
+    vocabularies (memory_word) filled once after it too. The tables end as the row-by-row load
+    would leave them. Returns the seconds of the load and of the indexes."""
     defs = _index_definitions(conn)
     assert sorted(defs) == sorted(MEMORY_INDEXES), defs
-    with conn.transaction() if fresh else contextlib.nullcontext():
-        if fresh:
-            empty = conn.execute("SELECT NOT EXISTS (SELECT FROM aidb_memory.memory)").fetchone()
-            assert empty and empty[0], "bulk_insert(fresh=True) on a table with memories"
-            conn.execute(
-                "TRUNCATE aidb_memory.memory, aidb_memory.memory_history, "
-                "aidb_memory.memory_lexeme, aidb_memory.memory_word"
-            )
-        inserted, indexed = _load(conn, insert, params, ns_id, defs)
+    inserted, indexed = _load(conn, insert, params, ns_id, defs)
     check(
         _index_definitions(conn) == defs,
         f"{row} the memory indexes were created again exactly as defined",

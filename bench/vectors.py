@@ -44,10 +44,7 @@ TARGET_RECALL = 0.95
 TOP = 10
 # What `--only j` starts its server with: the table (~2 GB) and the HNSW index (~2 GB) fit.
 SHARED_BUFFERS = "5GB"
-# The server of (j) and (k): buffers above; wal_level minimal, since nothing here is replicated
-# and the load and the index build, each in the transaction that creates its relation, then
-# write no WAL (~4 GB of it otherwise). The rows measure reads, which the WAL level leaves alone.
-SERVER_ARGS = f"-c shared_buffers={SHARED_BUFFERS} -c wal_level=minimal -c max_wal_senders=0"
+SERVER_ARGS = f"-c shared_buffers={SHARED_BUFFERS}"
 HNSW_BUILD_MEMORY = "3GB"  # the installing session's maintenance_work_mem (build below)
 QUERY_TEXT = "zqxj vkwb"  # no word of any memory, none near one: the vector signal alone ranks
 
@@ -153,7 +150,6 @@ def build(server_dsn: Callable[[str], str], say: Callable[[str], None]) -> dict[
             {"ns": NS, "ns_id": ns_id, "actor": ACTOR, "total": TOTAL},
             ns_id,
             "(j)",
-            fresh=True,
         )
         inserted = time.perf_counter() - t0
         conn.execute("VACUUM ANALYZE aidb_memory.memory")
