@@ -44,6 +44,9 @@ BEGIN
     ELSIF fn = 'remember' AND field = 'content' THEN
         key := 'memory_max_chars'; default_cap := 1000; kind := 'longer';
         hint := 'split it into facts, or an admin raises config.memory_max_chars';
+    ELSIF fn = 'remember' AND field = 'metadata' THEN
+        key := 'memory_metadata_max_chars'; default_cap := 4000; kind := 'json';
+        hint := 'keep the memory''s tags small, or an admin raises config.memory_metadata_max_chars';
     ELSIF fn = 'session_end' AND field = 'notes' THEN
         key := 'max_turn_chars'; default_cap := 100000; kind := 'longer';
     ELSIF field IN ('actor_id', 'session_id', 'agent_id', 'idempotency_key')

@@ -39,12 +39,17 @@ COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, do
 '42704, 42501, 55000 memories embedded with another model than the namespace''s.';
 
 -- A direct write (issue 26): one memory now, in the caller's transaction, without a model.
+-- metadata (issue 34) came after 0.2's five arguments: the old signature would make a call with
+-- three to five of them ambiguous.
+DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text);
+DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text);
 CREATE OR REPLACE FUNCTION aidb_memory.remember(
     namespace text,
     actor_id text,
     content text,
     session_id text DEFAULT NULL,
-    agent_id text DEFAULT NULL
+    agent_id text DEFAULT NULL,
+    metadata jsonb DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
@@ -53,13 +58,15 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ remembering.remember $py$;
-COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text) IS
+COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text, jsonb) IS
 'Store content as one memory of the actor now, in the caller''s transaction, without a model; '
-'returns its id. An exact duplicate of a current memory of the actor (the worker''s rule: the same '
+'returns its id. metadata: a JSON object the memory carries (default {}), returned by search and '
+'list_memories. An exact duplicate of a current memory of the actor (the worker''s rule: the same '
 'normalized text) stores nothing and returns that memory''s id. Searchable by words at once; where '
 'the namespace has an embedding model the worker adds its vector. Audited (memory_history) and '
 'erased by delete and forget like any memory. Errors: 22004, 22023 empty content or longer than '
-'config.memory_max_chars, 42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
+'config.memory_max_chars, metadata not an object, longer than config.memory_metadata_max_chars '
+'or nested deeper than 8, 42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.list_memories(
     namespace text,

@@ -29,7 +29,7 @@ TO aidb_users;
 -- The long-term-memory API (SPEC §5); dropping a namespace is for admins (SPEC §2).
 GRANT EXECUTE ON FUNCTION
     aidb_memory.search(text, text, text, integer, text, text, double precision[]),
-    aidb_memory.remember(text, text, text, text, text),
+    aidb_memory.remember(text, text, text, text, text, jsonb),
     aidb_memory.list_memories(text, text, text, text, integer, boolean),
     aidb_memory.delete(text, text, jsonb, text, text, text),
     aidb_memory.forget(text, text, text)

@@ -233,7 +233,7 @@ WITH counts AS (
     LIMIT $4
 )
 SELECT m.public_id::text AS id, m.content, b.score::real AS score,
-       m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at
+       m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at, m.metadata
 FROM best b
 JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = b.id
 WHERE b.score > 0
@@ -464,7 +464,7 @@ _LIST = """
 SELECT m.public_id::text AS id, m.content, m.agent_id, m.session_id,
        to_json(m.valid_from) #>> '{}' AS valid_from, to_json(m.valid_to) #>> '{}' AS valid_to,
        s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
-       to_json(m.updated_at) #>> '{}' AS updated_at
+       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata
 FROM aidb_memory.memory m
 LEFT JOIN aidb_memory.memory s ON s.actor_key = m.actor_key AND s.id = m.superseded_by
 WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2

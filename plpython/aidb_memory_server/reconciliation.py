@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aidb_memory_server import db, extensions, extraction, identifiers, keys, validation
+from aidb_memory_server import metadata as metadata_rules
 
 NEAR_DUPLICATE = 0.8
 RELATED_LIMIT = 20
@@ -115,9 +116,9 @@ SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND vali
 _INSERT = """
 INSERT INTO aidb_memory.memory
     (actor_key, namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
-     embedding, embedding_model, lexemes)
+     embedding, embedding_model, lexemes, metadata)
 VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END,
-        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5))
+        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5), $12)
 RETURNING id, public_id::text AS public_id
 """
 _CLOSE = """
@@ -249,10 +250,12 @@ class Writer:
             (memory_id, self.ns, self.actor, self.event_id, op, old, new, self.key),
         )
 
-    def store(self, text: str, near: bool = True) -> tuple[int, str, bool]:
+    def store(
+        self, text: str, near: bool = True, metadata: str = metadata_rules.EMPTY
+    ) -> tuple[int, str, bool]:
         """(memory id, its public id, whether it is new) for ``text``: an existing duplicate or a
-        new row. ``near``: a near duplicate (same identifiers) counts too; otherwise only an
-        exact one."""
+        new row, with ``metadata`` (JSON text, checked: metadata.parse). ``near``: a near
+        duplicate (same identifiers) counts too; otherwise only an exact one."""
         digest = extraction.content_hash(text)
         if near:
             same = db.execute(
@@ -273,7 +276,7 @@ class Writer:
             _INSERT,
             (
                 *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
-                *("bigint", "text"),
+                *("bigint", "text", "jsonb"),
             ),
             (
                 self.ns,
@@ -287,6 +290,7 @@ class Writer:
                 self.embedding_model,
                 self.key,
                 self.text_search,
+                metadata,
             ),
         )[0]
         self.history(int(row["id"]), "add", None, text)

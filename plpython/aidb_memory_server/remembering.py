@@ -14,6 +14,7 @@ a model; until then search finds the memory by its words. Every statement is the
 from __future__ import annotations
 
 from aidb_memory_server import eventqueue, keys, reconciliation
+from aidb_memory_server import metadata as metadata_rules
 from aidb_memory_server.errors import invalid, required
 from aidb_memory_server.memories import filters
 from aidb_memory_server.sessions import namespace
@@ -25,9 +26,10 @@ def remember(
     content: str | None,
     session_id: str | None,
     agent_id: str | None,
+    metadata: str | None = None,
 ) -> str:
-    """Store ``content`` as a memory of the actor (or find the current one that says the same);
-    its id."""
+    """Store ``content`` as a memory of the actor, tagged with ``metadata`` (a JSON object; NULL:
+    ``{}``), or find the current one that says the same (left as it is); its id."""
     fn = "remember"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
     sid, agent = filters(fn, ns, session_id, agent_id)
@@ -43,6 +45,7 @@ def remember(
             f"is longer than {limit} characters",
             hint="split it into facts, or an admin raises config.memory_max_chars",
         )
+    tags = metadata_rules.parse(fn, "metadata", metadata, ns.config["memory_metadata_max_chars"])
     key = keys.actor_key(ns.name, actor)
     writer = reconciliation.Writer(
         ns.id,
@@ -52,7 +55,7 @@ def remember(
         session_id=sid,
         text_search=ns.config["text_search_config"],
     )
-    _, public_id, new = writer.store(content, near=False)
+    _, public_id, new = writer.store(content, near=False, metadata=tags)
     if new and ns.model_spec.get("embedding"):
         eventqueue.queue_embedding(key, ns.id, actor)
     return public_id

@@ -55,6 +55,8 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "extraction_max_input_chars": 200_000,
     # What an image, file or audio part of a turn counts against a read's budget (issue 11).
     "non_text_part_chars": 1_000,
+    # The largest metadata of one memory, in characters of its JSON text (issue 34).
+    "memory_metadata_max_chars": 4_000,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -74,6 +76,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "extraction_max_input_chars": (1_000, 10_000_000),
     "non_text_part_chars": (0, 1_000_000),
     "memory_max_chars": (100, 100_000),
+    "memory_metadata_max_chars": (2, 1_000_000),
 }
 EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
 
@@ -298,7 +301,7 @@ def _decoder() -> json.JSONDecoder:
     return decoder
 
 
-def _path(field: str, parts: list[Any]) -> str:
+def json_path(field: str, parts: list[Any]) -> str:
     """``field`` and the first parts of the path below it, as an error message names them."""
     import json
     import re
@@ -315,13 +318,13 @@ def _path(field: str, parts: list[Any]) -> str:
     return out
 
 
-def _too_deep(value: Any) -> list[Any] | None:
-    """The path to the first container nested deeper than JSON_MAX_DEPTH, or None. Visits
+def too_deep(value: Any, max_depth: int = JSON_MAX_DEPTH) -> list[Any] | None:
+    """The path to the first container nested deeper than ``max_depth``, or None. Visits
     containers only: the cost follows their number, not the size of the strings in them."""
     stack: list[tuple[Any, int, list[Any]]] = [(value, 1, [])]
     while stack:
         node, depth, path = stack.pop()
-        if depth > JSON_MAX_DEPTH:
+        if depth > max_depth:
             return path
         items = node.items() if type(node) is dict else enumerate(node)
         for key, child in items:
@@ -386,7 +389,7 @@ def parse_json(function: str, field: str, text: str, max_chars: int | None = Non
     try:
         value = _decoder().decode(text)
     except _BadNumber as e:
-        where = _path(field, _text_path(text, text.find(e.text)))
+        where = json_path(field, _text_path(text, text.find(e.text)))
         raise invalid(
             function,
             where,
@@ -396,7 +399,7 @@ def parse_json(function: str, field: str, text: str, max_chars: int | None = Non
         ) from None
     except RecursionError:
         raise invalid(
-            function, _path(field, _text_path(text, None)), depth_problem, hint=depth_hint
+            function, json_path(field, _text_path(text, None)), depth_problem, hint=depth_hint
         ) from None
     except ValueError as e:  # only reachable when called with text that is not from jsonb
         raise ApiError("22023", f"aidb_memory.{function}: {field} is not valid JSON: {e}") from e
@@ -404,7 +407,7 @@ def parse_json(function: str, field: str, text: str, max_chars: int | None = Non
     if (type(value) is dict or type(value) is list) and (
         text.count("[") + text.count("{") > JSON_MAX_DEPTH
     ):
-        deep = _too_deep(value)
+        deep = too_deep(value)
         if deep is not None:
-            raise invalid(function, _path(field, deep), depth_problem, hint=depth_hint)
+            raise invalid(function, json_path(field, deep), depth_problem, hint=depth_hint)
     return value

@@ -299,6 +299,7 @@ def test_the_caps_are_the_python_codes(ns: Database) -> None:
     assert cap("add", "session_id") == defaults["max_identifier_chars"]
     assert cap("search", "query") == defaults["search_max_query_chars"]
     assert cap("session_end", "notes") == defaults["max_turn_chars"]
+    assert cap("remember", "metadata") == defaults["memory_metadata_max_chars"]
     assert cap("delete", "selector") == _constant("memories", "SELECTOR_MAX_CHARS")
     assert cap("set_secret", "value", None) == _constant("models", "SECRET_VALUE_MAX")
     assert cap("create_model", "name", None) == _constant("models", "NAME_MAX")

@@ -264,3 +264,90 @@ def test_the_worker_adds_the_vector_and_the_call_never_waits_for_it(
     assert db.sql("SELECT status, result FROM aidb_memory.event WHERE actor_id = 'alice'") == [
         ("processed", {"embedded": 2})
     ]
+
+
+# --- metadata (issue 34) ------------------------------------------------------------------------
+
+
+def test_metadata_is_stored_and_returned_by_search_and_list_memories(ns: Database) -> None:
+    tags = {"category": "preference", "source": "crm", "score": 3, "nested": {"a": [1, 2]}}
+    tagged = _remember(ns, "Alice prefers window seats", metadata=json.dumps(tags))
+    plain = _remember(ns, "Alice flies to Oslo in May")
+    found = ns.sql(
+        "SELECT id::text, metadata FROM aidb_memory.search(%s, 'alice', 'window seats')",
+        (NS,),
+        user=APP_USER,
+    )
+    assert found[0] == (tagged, tags)
+    listed = dict(
+        ns.sql(
+            "SELECT id::text, metadata FROM aidb_memory.list_memories(%s, 'alice')",
+            (NS,),
+            user=APP_USER,
+        )
+    )
+    assert listed == {tagged: tags, plain: {}}  # without metadata: the empty object
+
+
+def test_an_exact_duplicate_keeps_the_metadata_it_has(ns: Database) -> None:
+    first = _remember(ns, "Alice lives in Lyon", metadata='{"source": "crm"}')
+    assert _remember(ns, "alice lives in lyon", metadata='{"source": "chat"}') == first
+    assert ns.value("SELECT metadata FROM aidb_memory.memory") == {"source": "crm"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ('["a"]', "aidb_memory.remember: metadata must be a JSON object"),
+        ('"tag"', "aidb_memory.remember: metadata must be a JSON object"),
+        (
+            json.dumps({"a": [[[[[[[["deep"]]]]]]]]}),
+            "aidb_memory.remember: metadata.a[0] is nested deeper than 8 levels",
+        ),
+        (
+            json.dumps({"note": "x" * 4000}),
+            "aidb_memory.remember: metadata has 4012 characters of JSON, more than the namespace "
+            "limit of 4000",
+        ),
+    ],
+)
+def test_bad_metadata_is_refused_and_nothing_is_stored(
+    ns: Database, metadata: str, message: str
+) -> None:
+    error = _fails(
+        ns,
+        "SELECT aidb_memory.remember(%s, 'alice', 'Alice likes jazz', metadata => %s::jsonb)",
+        (NS, metadata),
+    )
+    assert (error.sqlstate, error.diag.message_primary) == ("22023", message)
+    assert ns.value("SELECT count(*) FROM aidb_memory.memory") == 0
+
+
+def test_the_metadata_cap_is_the_namespaces_below_and_above_64_kb(ns: Database) -> None:
+    ns.sql(
+        "SELECT aidb_memory.namespace_update(%s, config => "
+        "'{\"memory_metadata_max_chars\": 100000}')",
+        (NS,),
+    )
+    big = json.dumps({"note": "z" * 90_000})  # over 64 kB: checked before the server's Python
+    _remember(ns, "Alice keeps long notes", metadata=big)
+    ns.sql(
+        "SELECT aidb_memory.namespace_update(%s, config => '{\"memory_metadata_max_chars\": 50}')",
+        (NS,),
+    )
+    small = json.dumps({"note": "z" * 60})
+    # Far over the cap, the value's JSON text is never made: "at least" what its size implies.
+    for text, count in ((big, "at least 17991"), (small, str(len(small)))):
+        error = _fails(
+            ns,
+            "SELECT aidb_memory.remember(%s, 'alice', 'Alice keeps notes', metadata => %s::jsonb)",
+            (NS, text),
+        )
+        assert error.diag.message_primary == (
+            f"aidb_memory.remember: metadata has {count} characters of JSON, more than the "
+            "namespace limit of 50"
+        )
+        assert error.diag.message_hint == (
+            "keep the memory's tags small, or an admin raises config.memory_metadata_max_chars"
+        )
+    assert ns.value("SELECT count(*) FROM aidb_memory.memory") == 1

@@ -183,7 +183,10 @@ def _reads(db: Database) -> dict[str, Any]:
             "SELECT * FROM aidb_memory.session_list(%s, %s)", (NS, actor), user=APP_USER
         )
         out[f"memories {actor}"] = db.sql(
-            "SELECT * FROM aidb_memory.list_memories(%s, %s, include_superseded => true)",
+            # The columns of the release before (metadata came with 0021).
+            "SELECT id, content, agent_id, session_id, valid_from, valid_to, superseded_by, "
+            "created_at, updated_at "
+            "FROM aidb_memory.list_memories(%s, %s, include_superseded => true)",
             (NS, actor),
             user=APP_USER,
         )
@@ -210,9 +213,10 @@ def _rows(db: Database) -> dict[str, list[Any]]:
             continue
         rows[table] = sorted(
             json.dumps(r, sort_keys=True, default=str)
-            # Columns later migrations add (memory.lexemes, lexeme_keys: 0018) are its own.
+            # Columns later migrations add (memory.lexemes, lexeme_keys: 0018; metadata: 0021,
+            # checked on its own below) are its own.
             for (r,) in db.sql(
-                f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' - 'lexeme_keys' "
+                f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' - 'lexeme_keys' - 'metadata' "
                 f"FROM aidb_memory.{table} AS t"
             )
         )
@@ -235,6 +239,8 @@ def test_an_upgrade_with_data_keeps_every_row_and_every_read(
 
     after = _rows(db)
     assert {t: after[t] for t in rows_before} == rows_before
+    # Every memory from before metadata existed has the empty object (migration 0021).
+    assert db.sql("SELECT DISTINCT metadata FROM aidb_memory.memory") == [({},)]
     assert _reads(db) == reads_before
     # Every row got its actor's key; the rows of a session, the session's.
     for table in ("session", "event", "memory", "memory_word", "memory_history", "actor_lock"):

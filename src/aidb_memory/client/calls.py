@@ -297,7 +297,7 @@ def session_delete(namespace: str, actor_id: str, session_id: str, reason: str) 
 
 
 def _hits(rows: Rows) -> list[SearchHit]:
-    return [SearchHit(i, c, float(s), a, sid, t) for i, c, s, a, sid, t in rows]
+    return [SearchHit(i, c, float(s), a, sid, t, m) for i, c, s, a, sid, t, m in rows]
 
 
 def search(
@@ -312,7 +312,7 @@ def search(
     vector = None if query_embedding is None else [float(x) for x in query_embedding]
     return _call(
         "search",
-        ("id", "content", "score", "agent_id", "session_id", "created_at"),
+        ("id", "content", "score", "agent_id", "session_id", "created_at", "metadata"),
         [
             ("namespace", "text", namespace, True),
             ("actor_id", "text", actor_id, True),
@@ -332,6 +332,7 @@ def remember(
     content: str,
     session_id: str | None,
     agent_id: str | None,
+    metadata: Mapping[str, Any] | Jsonb | None = None,
 ) -> Call[uuid.UUID]:
     return _call(
         "remember",
@@ -342,6 +343,7 @@ def remember(
             ("content", "text", content, True),
             ("session_id", "text", session_id, False),
             ("agent_id", "text", agent_id, False),
+            ("metadata", "jsonb", metadata, False),
         ],
         _scalar,
     )
@@ -371,6 +373,7 @@ def list_memories(
             "superseded_by",
             "created_at",
             "updated_at",
+            "metadata",
         ),
         [
             ("namespace", "text", namespace, True),

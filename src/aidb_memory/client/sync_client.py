@@ -260,11 +260,15 @@ class Memory:
         *,
         session_id: str | None = None,
         agent_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> uuid.UUID:
-        """Store one memory now, in this call's transaction and without a model; its id (an
-        exact duplicate of a current memory of the actor stores nothing and returns that
-        memory's id, so a retry is safe). ``search`` finds it at once."""
-        return self._run(calls.remember(namespace, actor_id, content, session_id, agent_id))
+        """Store one memory now, in this call's transaction and without a model, tagged with
+        ``metadata`` (a JSON object, which search and list_memories return); its id (an exact
+        duplicate of a current memory of the actor stores nothing and returns that memory's id,
+        so a retry is safe). ``search`` finds it at once."""
+        return self._run(
+            calls.remember(namespace, actor_id, content, session_id, agent_id, metadata)
+        )
 
     def list_memories(
         self,

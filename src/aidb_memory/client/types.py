@@ -119,6 +119,7 @@ class SearchHit:
     agent_id: str | None
     session_id: str | None
     created_at: datetime.datetime
+    metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class MemoryRecord:
     superseded_by: uuid.UUID | None
     created_at: datetime.datetime
     updated_at: datetime.datetime | None
+    metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
 
     @property
     def current(self) -> bool:
