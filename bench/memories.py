@@ -137,10 +137,6 @@ MEMORY_INDEXES = (
 )
 
 
-# The row triggers a bulk load replaces by one statement each (bulk_insert).
-COUNTING_TRIGGERS = ("memory_lexemes_counted", "memory_words_added")
-
-
 def memory_shape(total: int) -> tuple[int, int]:
     """(memories of ACTOR, number of other actors) for ``total`` memories."""
     per_actor = total // 10
@@ -158,57 +154,21 @@ def _index_definitions(conn: psycopg.Connection[Any]) -> dict[str, str]:
 
 
 def bulk_insert(
-    conn: psycopg.Connection[Any],
-    insert: str,
-    params: dict[str, Any],
-    ns_id: int,
-    row: str,
+    conn: psycopg.Connection[Any], insert: str, params: dict[str, Any], ns_id: int, row: str
 ) -> tuple[float, float]:
     """Run ``insert`` (memories of namespace ``ns_id``, one statement) as a bulk load: the
     secondary indexes of MEMORY_INDEXES dropped and created again from their own definitions
-    (checked); search's statistics (memory_lexeme) counted once after the load, as migration
+    (checked), search's statistics (memory_lexeme) counted once after the load, as migration
     0018 counts them, instead of by the trigger row by row (an update of the same few rows per
-    memory: the word every memory of an actor shares was updated once a row); the actors'
-    vocabularies (memory_word) filled once after it too. The tables end as the row-by-row load
-    would leave them. Returns the seconds of the load and of the indexes."""
+    memory: the word every memory of an actor shares was updated once a row). The tables end as
+    the row-by-row load would leave them. Returns the seconds of the load and of the indexes."""
     defs = _index_definitions(conn)
     assert sorted(defs) == sorted(MEMORY_INDEXES), defs
-    inserted, indexed = _load(conn, insert, params, ns_id, defs)
-    check(
-        _index_definitions(conn) == defs,
-        f"{row} the memory indexes were created again exactly as defined",
-    )
-    # The tables the load filled besides memory (which the caller vacuums): otherwise autovacuum
-    # finds a million new rows in each and works through them while the row is being measured.
-    conn.execute("VACUUM ANALYZE aidb_memory.memory_lexeme")
-    conn.execute("VACUUM ANALYZE aidb_memory.memory_word")
-    return inserted, indexed
-
-
-def _load(
-    conn: psycopg.Connection[Any],
-    insert: str,
-    params: dict[str, Any],
-    ns_id: int,
-    defs: dict[str, str],
-) -> tuple[float, float]:
     t0 = time.perf_counter()
     for name in MEMORY_INDEXES:
         conn.execute(f"DROP INDEX aidb_memory.{name}")
-    for trigger in COUNTING_TRIGGERS:
-        conn.execute(f"ALTER TABLE aidb_memory.memory DISABLE TRIGGER {trigger}")
+    conn.execute("ALTER TABLE aidb_memory.memory DISABLE TRIGGER memory_lexemes_counted")
     conn.execute(insert, params)
-    # The actors' vocabularies, as memory_words_added leaves them, in one statement.
-    conn.execute(
-        """
-        INSERT INTO aidb_memory.memory_word (actor_key, namespace_id, actor_id, word)
-        SELECT DISTINCT m.actor_key, m.namespace_id, m.actor_id, w.word
-        FROM aidb_memory.memory m CROSS JOIN LATERAL unnest(tsvector_to_array(m.tsv)) AS w(word)
-        WHERE m.namespace_id = %s
-        ON CONFLICT DO NOTHING
-        """,
-        (ns_id,),
-    )
     conn.execute(
         """
         INSERT INTO aidb_memory.memory_lexeme (actor_key, namespace_id, actor_id, lexeme, memories)
@@ -220,15 +180,23 @@ def _load(
         """,
         (ns_id,),
     )
-    for trigger in COUNTING_TRIGGERS:
-        conn.execute(f"ALTER TABLE aidb_memory.memory ENABLE TRIGGER {trigger}")
+    conn.execute("ALTER TABLE aidb_memory.memory ENABLE TRIGGER memory_lexemes_counted")
     inserted = time.perf_counter() - t0
     t1 = time.perf_counter()
     conn.execute("SET maintenance_work_mem = '256MB'")
     for name in MEMORY_INDEXES:
         conn.execute(defs[name])
     conn.execute("RESET maintenance_work_mem")
-    return inserted, time.perf_counter() - t1
+    indexed = time.perf_counter() - t1
+    check(
+        _index_definitions(conn) == defs,
+        f"{row} the memory indexes were created again exactly as defined",
+    )
+    # The tables the load filled besides memory (which the caller vacuums): otherwise autovacuum
+    # finds a million new rows in each and works through them while the row is being measured.
+    conn.execute("VACUUM ANALYZE aidb_memory.memory_lexeme")
+    conn.execute("VACUUM ANALYZE aidb_memory.memory_word")
+    return inserted, indexed
 
 
 def build_memories(conn: psycopg.Connection[Any], total: int) -> dict[str, Any]:

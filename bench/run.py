@@ -190,7 +190,7 @@ def run_all(args: argparse.Namespace) -> int:
     # hold their table and HNSW index (~4 GB), as pgvector is deployed; at the first server's
     # 128 MB a search reads half its ~10,000 buffers from the OS's cache (bench/README.md).
     say(f"bench: (j) starting a server with shared_buffers = {vectors.SHARED_BUFFERS}")
-    with ThrowawayServer(postgres_args=vectors.SERVER_ARGS) as server:
+    with ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}") as server:
         vector_rows = vectors.run(server.dsn, say)
     say("bench: server stopped and removed")
 
@@ -336,7 +336,7 @@ def main_j(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer(postgres_args=vectors.SERVER_ARGS) as server:
+    with ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}") as server:
         found = vectors.run(server.dsn, say)
     say("bench: server stopped and removed")
     print()
