@@ -36,20 +36,29 @@ BEGIN
     IF fn = 'add' AND field = 'turns' THEN
         key := 'max_add_chars'; default_cap := 1000000; kind := 'json';
         hint := 'split the batch, or raise config.max_add_chars with namespace_update';
+    ELSIF fn = 'add' AND field = 'memory_metadata' THEN
+        key := 'memory_metadata_max_chars'; default_cap := 4000; kind := 'json';
+        hint := 'keep the memory''s tags small, or an admin raises config.memory_metadata_max_chars';
+    ELSIF fn IN ('search', 'list_memories') AND field = 'filter' THEN
+        key := 'memory_filter_max_chars'; default_cap := 4000; kind := 'json';
+        hint := 'filter on fewer fields and values, or an admin raises '
+                'config.memory_filter_max_chars';
     ELSIF fn = 'delete' AND field = 'selector' THEN
         cap := 500000; kind := 'json_fixed';  -- memories.SELECTOR_MAX_CHARS
     ELSIF fn = 'search' AND field = 'query' THEN
         key := 'search_max_query_chars'; default_cap := 4000; kind := 'query';
         hint := 'shorten the query, or an admin raises config.search_max_query_chars';
-    ELSIF fn = 'remember' AND field = 'content' THEN
+    ELSIF fn IN ('remember', 'update_memory') AND field = 'content' THEN
         key := 'memory_max_chars'; default_cap := 1000; kind := 'longer';
         hint := 'split it into facts, or an admin raises config.memory_max_chars';
-    ELSIF fn = 'remember' AND field = 'metadata' THEN
+    ELSIF fn IN ('remember', 'update_memory') AND field = 'metadata' THEN
         key := 'memory_metadata_max_chars'; default_cap := 4000; kind := 'json';
         hint := 'keep the memory''s tags small, or an admin raises config.memory_metadata_max_chars';
     ELSIF fn = 'session_end' AND field = 'notes' THEN
         key := 'max_turn_chars'; default_cap := 100000; kind := 'longer';
-    ELSIF field IN ('actor_id', 'session_id', 'agent_id', 'idempotency_key')
+    ELSIF fn = 'update_memory' AND field = 'reason' THEN
+        key := 'max_turn_chars'; default_cap := 100000; kind := 'longer';
+    ELSIF field IN ('actor_id', 'session_id', 'agent_id', 'idempotency_key', 'key')
           AND namespace IS NOT NULL THEN
         key := 'max_identifier_chars'; default_cap := 255; kind := 'longer';
     ELSIF field = 'namespace' THEN

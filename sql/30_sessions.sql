@@ -21,13 +21,18 @@ COMMENT ON FUNCTION aidb_memory.session_start(text, text, text, text) IS
 'prev_handoff: the handoff of the most recently closed other session of the same namespace, actor '
 'and agent, fixed when the session is first started. Errors: 22004, 22023, 42704, 42501, 55000.';
 
+-- memory_metadata (issue 34) came after 0.2's six arguments: the old signature would make a
+-- call with three to six of them ambiguous.
+DROP FUNCTION IF EXISTS aidb_memory.add(text, text, jsonb, text, text, text);
+DROP FUNCTION IF EXISTS aidb_memory.add_py(text, text, jsonb, text, text, text);
 CREATE OR REPLACE FUNCTION aidb_memory.add(
     namespace text,
     actor_id text,
     turns jsonb,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
-    idempotency_key text DEFAULT NULL
+    idempotency_key text DEFAULT NULL,
+    memory_metadata jsonb DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
@@ -36,13 +41,14 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ adding.add $py$;
-COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text) IS
+COMMENT ON FUNCTION aidb_memory.add(text, text, jsonb, text, text, text, jsonb) IS
 'Store a batch of turns, all or none, and record an event for long-term memory; returns the event '
 'id. With session_id the turns are appended to that session (created on first use) at gap-free '
-'positions. A repeated idempotency_key returns the original event id and writes nothing. Errors: '
-'22004 NULL argument, 22023 malformed turns (message names turn index and field), 42704 unknown '
-'namespace, 42501 actor binding, 55000 closed session or INACTIVE namespace, 23505 key reused '
-'with different turns.';
+'positions. A repeated idempotency_key returns the original event id and writes nothing. '
+'memory_metadata: a JSON object the worker copies onto every memory it makes of this batch. '
+'Errors: 22004 NULL argument, 22023 malformed turns (message names turn index and field) or '
+'memory_metadata (as remember''s metadata), 42704 unknown namespace, 42501 actor binding, 55000 '
+'closed session or INACTIVE namespace, 23505 key reused with different turns.';
 
 -- The plan's columns changed in 0.2 (summaries) and with limit_items (issue 11): an old
 -- signature cannot be replaced in place.

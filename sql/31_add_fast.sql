@@ -4,20 +4,23 @@
 -- for anything but that case: a batch that is not plain messages by turns._plain_batch's rule or
 -- opens with a system turn (the instructions prefix may grow), a namespace limit exceeded, an
 -- identifier that is not plainly valid (no control character, a visible ASCII character), no
--- such or a closed session, one with open tool calls, an idempotency key, an inactive namespace,
--- an actor that is not the bound one. The Python code then decides and refuses with its errors.
--- For a batch it takes, it writes what adding._fast_add would (tests/db/test_add_fast.py holds
--- the two equal, and its config defaults equal to validation.CONFIG_DEFAULTS).
+-- such or a closed session, one with open tool calls, an idempotency key, memory_metadata, an
+-- inactive namespace, an actor that is not the bound one. The Python code then decides and
+-- refuses with its errors. For a batch it takes, it writes what adding._fast_add would
+-- (tests/db/test_add_fast.py holds the two equal, and its config defaults equal to
+-- validation.CONFIG_DEFAULTS).
 --
 -- Why: a PL/Python call with its conversions and its statement's subtransaction cost add ~40%
 -- more server time than the statement itself (bench/README.md, issue 33); this costs ~10%.
+DROP FUNCTION IF EXISTS aidb_memory.add_fast(text, text, jsonb, text, text, text);
 CREATE OR REPLACE FUNCTION aidb_memory.add_fast(
     namespace text,
     actor_id text,
     turns jsonb,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
-    idempotency_key text DEFAULT NULL
+    idempotency_key text DEFAULT NULL,
+    memory_metadata jsonb DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -35,7 +38,7 @@ BEGIN
         _ahead record;
     BEGIN
         IF $1 IS NOT NULL AND $2 IS NOT NULL AND $3 IS NOT NULL AND $4 IS NOT NULL
-           AND $6 IS NULL AND jsonb_typeof($3) = 'array'
+           AND $6 IS NULL AND $7 IS NULL AND jsonb_typeof($3) = 'array'
            -- Identifiers the Python code takes as they are: no control character, and a visible
            -- ASCII character (so not empty after strip()); any other, the Python code judges.
            AND $2 ~ '[!-~]' AND $2 !~ '[\x01-\x1f\x7f-\x9f\u2028\u2029]'
@@ -150,6 +153,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.add_fast(text, text, jsonb, text, text, text) IS
+COMMENT ON FUNCTION aidb_memory.add_fast(text, text, jsonb, text, text, text, jsonb) IS
 'Internal: aidb_memory.add of plain chat messages to an open session in one statement, without '
 'Python; NULL (nothing written) for any other call, which the PL/Python body then takes.';

@@ -6,6 +6,11 @@
 -- pinned here for the call, whatever the session set. Its statements are planned once per
 -- connection (plan_cache_mode): with the values of a call, the planner would plan the word
 -- lookups again on every call, for the same plan.
+-- filter and offset (issue 34) came after query_embedding: the old signature would make a call
+-- with three to seven arguments ambiguous.
+DROP FUNCTION IF EXISTS aidb_memory.search(text, text, text, integer, text, text, double precision[]);
+DROP FUNCTION IF EXISTS aidb_memory.search_py(
+    text, text, text, integer, text, text, double precision[]);
 CREATE OR REPLACE FUNCTION aidb_memory.search(
     namespace text,
     actor_id text,
@@ -13,7 +18,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.search(
     "limit" integer DEFAULT 10,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
-    query_embedding double precision[] DEFAULT NULL
+    query_embedding double precision[] DEFAULT NULL,
+    filter jsonb DEFAULT NULL,
+    "offset" integer DEFAULT 0
 )
 -- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
 -- have an argument and a result column of one name; migrations/0009_result_types.sql.
@@ -26,7 +33,8 @@ SET debug_print_plan = off
 SET pg_trgm.similarity_threshold = 0.3
 SET plan_cache_mode = force_generic_plan
 AS $py$ memories.search $py$;
-COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, double precision[]) IS
+COMMENT ON FUNCTION aidb_memory.search(
+    text, text, text, integer, text, text, double precision[], jsonb, integer) IS
 'The actor''s current memories that best match query, best first: BM25 over the stemmed words '
 'of the namespace''s text search configuration (config.text_search_config), a misspelled word '
 'standing for the actor''s words nearest it (one edit away, else by trigram similarity), times '
@@ -35,21 +43,27 @@ COMMENT ON FUNCTION aidb_memory.search(text, text, text, integer, text, text, do
 'every word of the query, once). Never superseded, deleted or another actor''s memories. '
 'session_id and agent_id filter; limit 1..100. query_embedding: the query''s vector by the '
 'namespace''s embedding model, when the application has it (no embedding call is made). '
-'Errors: 22004, 22023 empty query, bad limit or a query_embedding of another dimension, '
-'42704, 42501, 55000 memories embedded with another model than the namespace''s.';
+'filter: the memories to rank among, by metadata, created_at, updated_at, agent_id, session_id '
+'and key ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and $or $not); offset: how many of the '
+'best to skip (0..1000). Errors: 22004, 22023 empty query, bad limit, offset or filter, or a '
+'query_embedding of another dimension, 42704, 42501, 55000 memories embedded with another model '
+'than the namespace''s.';
 
 -- A direct write (issue 26): one memory now, in the caller's transaction, without a model.
--- metadata (issue 34) came after 0.2's five arguments: the old signature would make a call with
--- three to five of them ambiguous.
+-- metadata and key (issue 34) came after 0.2's five arguments: an old signature would make a
+-- call with three to five of them ambiguous.
 DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text);
 DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text);
+DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text, jsonb);
+DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text, jsonb);
 CREATE OR REPLACE FUNCTION aidb_memory.remember(
     namespace text,
     actor_id text,
     content text,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
-    metadata jsonb DEFAULT NULL
+    metadata jsonb DEFAULT NULL,
+    key text DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
@@ -58,23 +72,88 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ remembering.remember $py$;
-COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text, jsonb) IS
+COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text, jsonb, text) IS
 'Store content as one memory of the actor now, in the caller''s transaction, without a model; '
-'returns its id. metadata: a JSON object the memory carries (default {}), returned by search and '
-'list_memories. An exact duplicate of a current memory of the actor (the worker''s rule: the same '
-'normalized text) stores nothing and returns that memory''s id. Searchable by words at once; where '
-'the namespace has an embedding model the worker adds its vector. Audited (memory_history) and '
-'erased by delete and forget like any memory. Errors: 22004, 22023 empty content or longer than '
-'config.memory_max_chars, metadata not an object, longer than config.memory_metadata_max_chars '
-'or nested deeper than 8, 42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
+'returns its id. metadata: a JSON object the memory carries (default {}), returned by search, '
+'list_memories and get_memory. key: the application''s name for the memory, unique among the '
+'actor''s current memories: a remember with a key the actor has changes that memory in place '
+'(same id, content, metadata, session_id and agent_id replaced, an update in its history), and '
+'changes nothing when it already says so. Without a key, an exact duplicate of a current keyless '
+'memory of the actor (the worker''s rule: the same normalized text) stores nothing and returns '
+'that memory''s id. Searchable by words at once; where the namespace has an embedding model the '
+'worker adds its vector. Audited (memory_history) and erased by delete and forget like any '
+'memory. Errors: 22004, 22023 empty content or longer than config.memory_max_chars, metadata not '
+'an object, longer than config.memory_metadata_max_chars or nested deeper than 8, a bad key, '
+'42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
 
+-- One memory by its id or key (issue 34): list_memories' row.
+CREATE OR REPLACE FUNCTION aidb_memory.get_memory(
+    namespace text,
+    actor_id text,
+    id uuid DEFAULT NULL,
+    key text DEFAULT NULL
+)
+RETURNS SETOF aidb_memory.list_memories_result
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ addressed.get_memory $py$;
+COMMENT ON FUNCTION aidb_memory.get_memory(text, text, uuid, text) IS
+'The actor''s memory with this id (current or superseded), or its current memory with this key '
+'(one of the two): one row with list_memories'' columns, or none. Errors: 22004, 22023 both or '
+'neither of id and key, 42704, 42501.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.update_memory(
+    namespace text,
+    actor_id text,
+    id uuid,
+    content text DEFAULT NULL,
+    metadata jsonb DEFAULT NULL,
+    reason text DEFAULT NULL
+)
+RETURNS SETOF aidb_memory.list_memories_result
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ addressed.update_memory $py$;
+COMMENT ON FUNCTION aidb_memory.update_memory(text, text, uuid, text, jsonb, text) IS
+'Correct the actor''s current memory in place (same id): content (NULL keeps it; searchable by '
+'its new words at once, its vector computed again by the worker) and/or metadata (NULL keeps it; '
+'else replaced as a whole). Recorded in memory_history with the login role and reason. Returns '
+'the memory as it is afterwards. Errors: 22004, 22023 neither content nor metadata, bad content '
+'or metadata (as remember), 23505 the text of another current keyless memory of the actor, 42704 '
+'no current memory with this id, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.memory_history(namespace text, actor_id text, id uuid)
+RETURNS SETOF aidb_memory.memory_history_result
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ addressed.memory_history $py$;
+COMMENT ON FUNCTION aidb_memory.memory_history(text, text, uuid) IS
+'Every version of the actor''s memory, oldest first: version, operation (add, update, supersede, '
+'invalidate), content after and previous_content, metadata after, at, by_role (the login role), '
+'reason, event_id (the event whose extraction made the change). No rows for an id the actor '
+'does not have: delete and forget leave no history. Errors: 22004, 42704, 42501.';
+
+-- filter and after (issue 34) came after include_superseded.
+DROP FUNCTION IF EXISTS aidb_memory.list_memories(text, text, text, text, integer, boolean);
+DROP FUNCTION IF EXISTS aidb_memory.list_memories_py(text, text, text, text, integer, boolean);
 CREATE OR REPLACE FUNCTION aidb_memory.list_memories(
     namespace text,
     actor_id text,
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
     "limit" integer DEFAULT 50,
-    include_superseded boolean DEFAULT false
+    include_superseded boolean DEFAULT false,
+    filter jsonb DEFAULT NULL,
+    after uuid DEFAULT NULL
 )
 -- A type rather than RETURNS TABLE: the PL/pgSQL wrapper (codebundle.BODY_SUFFIX) cannot
 -- have an argument and a result column of one name; migrations/0009_result_types.sql.
@@ -85,10 +164,12 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ memories.list_memories $py$;
-COMMENT ON FUNCTION aidb_memory.list_memories(text, text, text, text, integer, boolean) IS
+COMMENT ON FUNCTION aidb_memory.list_memories(
+    text, text, text, text, integer, boolean, jsonb, uuid) IS
 'The actor''s memories, newest first: current ones, and with include_superseded also those a '
-'later fact replaced (valid_to and superseded_by set). session_id and agent_id filter; limit '
-'1..1000. Errors: 22004, 22023, 42704, 42501.';
+'later fact replaced (valid_to and superseded_by set). session_id and agent_id filter, and '
+'filter as search''s; limit 1..1000 a page; after: the id of the last memory of the previous '
+'page. Errors: 22004, 22023 bad limit or filter, after not a memory of the actor, 42704, 42501.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.delete(
     namespace text,
@@ -193,6 +274,9 @@ SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.tsv = NEW.tsv THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO aidb_memory.memory_word (actor_key, namespace_id, actor_id, word)
     SELECT NEW.actor_key, NEW.namespace_id, NEW.actor_id, w.word
     FROM unnest(tsvector_to_array(NEW.tsv)) AS w(word)
@@ -201,7 +285,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.memory_words_added() IS
-'Trigger (internal): adds the words of a new memory to its actor''s vocabulary (memory_word).';
+'Trigger (internal): adds the words of a new or changed memory to its actor''s vocabulary '
+'(memory_word).';
 
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_removed()
 RETURNS trigger
@@ -218,6 +303,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM aidb_memory.namespace AS n WHERE n.id = OLD.namespace_id) THEN
         RETURN NULL;
     END IF;
+    -- A memory changed in place (update_memory, a put on its key) keeps the words it still has.
+    IF TG_OP = 'UPDATE' AND OLD.tsv = NEW.tsv THEN
+        RETURN NULL;
+    END IF;
     DELETE FROM aidb_memory.memory_word AS v
     WHERE v.actor_key = OLD.actor_key AND v.namespace_id = OLD.namespace_id
       AND v.actor_id = OLD.actor_id AND v.word = ANY (tsvector_to_array(OLD.tsv))
@@ -229,8 +318,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.memory_words_removed() IS
-'Trigger (internal): removes from memory_word the words of a deleted memory that no remaining '
-'memory of the actor uses.';
+'Trigger (internal): removes from memory_word the words of a deleted or changed memory that no '
+'memory of the actor uses any more.';
 
 -- BM25's statistics (memory_lexeme) follow the actor's current memories, by a row trigger: a
 -- memory counts while it is current (valid_to NULL), for each of its lexemes and once for the
@@ -283,9 +372,11 @@ COMMENT ON FUNCTION aidb_memory.memory_lexemes_counted() IS
 -- a trigger on the shard of its row, where only that actor's rows are at hand
 -- (docs/scaling.md). AFTER ROW triggers fire once the statement is done: a bulk erasure checks
 -- each word against what is left.
-CREATE OR REPLACE TRIGGER memory_words_added AFTER INSERT ON aidb_memory.memory
+CREATE OR REPLACE TRIGGER memory_words_added AFTER INSERT OR UPDATE OF content
+    ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_added();
-CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE ON aidb_memory.memory
+CREATE OR REPLACE TRIGGER memory_words_removed AFTER DELETE OR UPDATE OF content
+    ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_words_removed();
 CREATE OR REPLACE TRIGGER memory_lexemes_counted
     AFTER INSERT OR UPDATE OF valid_to, lexemes OR DELETE ON aidb_memory.memory

@@ -17,7 +17,7 @@ GRANT EXECUTE ON FUNCTION aidb_memory.namespaces_rows() TO aidb_users, aidb_work
 -- The session API (SPEC §3).
 GRANT EXECUTE ON FUNCTION
     aidb_memory.session_start(text, text, text, text),
-    aidb_memory.add(text, text, jsonb, text, text, text),
+    aidb_memory.add(text, text, jsonb, text, text, text, jsonb),
     aidb_memory.session_get(text, text, text, integer, text, integer, integer),
     aidb_memory.session_messages(text, text, text, integer, text, integer, integer, text),
     aidb_memory.session_end(text, text, text, text),
@@ -28,9 +28,12 @@ TO aidb_users;
 
 -- The long-term-memory API (SPEC §5); dropping a namespace is for admins (SPEC §2).
 GRANT EXECUTE ON FUNCTION
-    aidb_memory.search(text, text, text, integer, text, text, double precision[]),
-    aidb_memory.remember(text, text, text, text, text, jsonb),
-    aidb_memory.list_memories(text, text, text, text, integer, boolean),
+    aidb_memory.search(text, text, text, integer, text, text, double precision[], jsonb, integer),
+    aidb_memory.remember(text, text, text, text, text, jsonb, text),
+    aidb_memory.list_memories(text, text, text, text, integer, boolean, jsonb, uuid),
+    aidb_memory.get_memory(text, text, uuid, text),
+    aidb_memory.update_memory(text, text, uuid, text, jsonb, text),
+    aidb_memory.memory_history(text, text, uuid),
     aidb_memory.delete(text, text, jsonb, text, text, text),
     aidb_memory.forget(text, text, text)
 TO aidb_users;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from aidb_memory_server import db, keys, turns
+from aidb_memory_server import metadata as metadata_rules
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNIQUE_VIOLATION,
@@ -93,8 +94,8 @@ _STORE = """
 WITH e AS (
     INSERT INTO aidb_memory.event
         (actor_key, namespace_id, actor_id, agent_id, session_id, idempotency_key, turns_hash,
-         turns, turn_count, status)
-    VALUES ($33, $1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+         turns, turn_count, status, memory_metadata)
+    VALUES ($33, $1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $34)
     ON CONFLICT (actor_key, namespace_id, actor_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL
     DO NOTHING
@@ -132,7 +133,7 @@ _STORE_TYPES = (
     *("bigint", "bigint", "bigint[]", "bigint[]", "int[]"),
     *("text[]",) * 7,
     *("text", "bigint", "text[]", "bigint", "bigint"),
-    *("text[]", "text[]", "boolean", "text", "bigint", "bigint", "bigint"),
+    *("text[]", "text[]", "boolean", "text", "bigint", "bigint", "bigint", "jsonb"),
 )
 # A compaction task for the worker (issue 13), only when this add passes the session's ahead
 # threshold (_ahead_budget): a statement of its own, so that the common path stays two
@@ -262,6 +263,14 @@ def _after_lost_race(
     return _replayed(fn, seen[0]["public_id"], seen[0]["turns_hash"], batch_hash, key)
 
 
+def _tags(fn: str, ns: Namespace, memory_metadata: str | None) -> str | None:
+    """add's memory_metadata, checked as remember's metadata (metadata.parse); None: none."""
+    if memory_metadata is None:
+        return None
+    cap = ns.config["memory_metadata_max_chars"]
+    return metadata_rules.parse(fn, "memory_metadata", memory_metadata, cap)
+
+
 def add(
     namespace_name: str | None,
     actor_id: str | None,
@@ -269,8 +278,10 @@ def add(
     session_id: str | None,
     agent_id: str | None,
     idempotency_key: str | None,
+    memory_metadata: str | None = None,
 ) -> str:
     """Store a batch of turns (all or none) and record its event; returns the event id.
+    ``memory_metadata``: the JSON object the worker copies onto the memories it makes of them.
 
     One statement when the backend knows the namespace (_fast_add), else two: lock
     (namespace, session, key), then store.
@@ -282,7 +293,12 @@ def add(
         raise required(fn, "turns")
     if actor_id is None:
         raise required(fn, "actor_id")
-    if session_id is not None and idempotency_key is None and namespace_name in _known:
+    if (
+        session_id is not None
+        and idempotency_key is None
+        and memory_metadata is None
+        and namespace_name in _known
+    ):
         done = _fast_add(fn, namespace_name, actor_id, turns_json, session_id, agent_id)
         if done is not None:
             return done
@@ -294,6 +310,7 @@ def add(
             sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
             assert sid is not None
             _validate_batch(fn, ns, turns_json)  # refuse a bad batch before creating anything
+            _tags(fn, ns, memory_metadata)
             agent = identifier(
                 fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
             )
@@ -308,7 +325,11 @@ def add(
     agent = identifier(fn, "agent_id", agent_id, limit, optional=True)
     key = identifier(fn, "idempotency_key", idempotency_key, limit, optional=True)
     raw, checked = _validate_batch(fn, ns, turns_json)
-    batch_hash = turns.turns_hash(turns_json, sid, agent) if key is not None else None
+    tags = _tags(fn, ns, memory_metadata)
+    # The metadata is part of what a retry repeats (only when given: the hashes of the events
+    # stored before it existed stay what they were).
+    context = (sid, agent) if tags is None else (sid, agent, tags)
+    batch_hash = turns.turns_hash(turns_json, *context) if key is not None else None
     if row["replay_id"] is not None:
         assert key is not None and batch_hash is not None
         return _replayed(fn, row["replay_id"], row["replay_hash"], batch_hash, key)
@@ -339,6 +360,7 @@ def add(
                 0,
                 *_NO_ITEMS,
                 actor_key,
+                tags,
             ),
         )
         if stored.nrows():
@@ -407,6 +429,7 @@ def add(
             pinned_turns,
             pinned_chars,
             actor_key,
+            tags,
         ),
     )
     if stored.nrows():

@@ -109,7 +109,8 @@ WHERE actor_key = $1 AND id = $2
 _EVENT = """
 SELECT e.actor_key, e.id, e.namespace_id, e.actor_id, e.agent_id, e.session_id,
        e.turns::text AS turns, e.attempts, n.config::text AS config,
-       n.model_spec::text AS model_spec, e.kind, e.session_ref, e.budget
+       n.model_spec::text AS model_spec, e.kind, e.session_ref, e.budget,
+       e.memory_metadata::text AS memory_metadata
 FROM aidb_memory.event e
 JOIN aidb_memory.namespace n ON n.id = e.namespace_id
 WHERE e.actor_key = $1 AND e.id = $2 AND e.status = 'processing'
@@ -596,9 +597,11 @@ WHERE actor_key = $1 AND namespace_id = $2 AND actor_id = $3 AND valid_to IS NUL
 ORDER BY id
 LIMIT $4
 """
+# Only while the memory still says what was embedded: update_memory may have changed it since
+# (and queued another task for the new text).
 _SET_EMBEDDING = """
 UPDATE aidb_memory.memory SET embedding = $3, embedding_model = $4
-WHERE actor_key = $1 AND id = $2 AND embedding IS NULL
+WHERE actor_key = $1 AND id = $2 AND embedding IS NULL AND content = $5
 """
 # The actor's embedding task, unless one already waits to be claimed (migration 0017); a worker
 # is woken.
@@ -646,8 +649,8 @@ def embedding_task(event: Any, limit: int, base: float) -> str:
     for memory_id, content in memories:
         db.execute(
             _SET_EMBEDDING,
-            ("bigint", "bigint", "real[]", "text"),
-            (ident[0], memory_id, vectors[content], model_name),
+            ("bigint", "bigint", "real[]", "text", "text"),
+            (ident[0], memory_id, vectors[content], model_name, content),
         )
     if len(memories) == EMBED_TASK_MEMORIES:
         queue_embedding(*ident)

@@ -19,6 +19,7 @@ import plpy
 from aidb_memory_server import (
     db,
     extensions,
+    filtering,
     keys,
     misspellings,
     ranking,
@@ -37,6 +38,9 @@ from aidb_memory_server.sessions import Namespace, identifier, namespace, quote,
 
 SEARCH_MAX = 100
 SEARCH_DEFAULT = 10
+# search's offset: how many of the best it may skip (the candidates are bounded, CANDIDATES and
+# config.search_max_ranked; deeper pages of a listing are list_memories' with a cursor).
+SEARCH_OFFSET_MAX = 1000
 LIST_MAX = 1000
 LIST_DEFAULT = 50
 # The vector signal brings at most this many candidates, so a search costs the same for an actor
@@ -91,7 +95,10 @@ def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
 # arrays without it): $15 ids, $16 cosines; $17 the lexical share of the score
 # (ranking.lexical_weight), $18 and $19 BM25's k1 and b, $20 what each lexeme counts for
 # (ranking.Query.weights), $21 every word ANDed, each the OR of its lexemes (ranking.Query.every),
-# $22 how many memories holding every word are enough (ENOUGH_HOLDING_ALL times limit).
+# $22 how many memories holding every word are enough (ENOUGH_HOLDING_ALL times limit), $23 how
+# many of the best to skip (offset). A filter (filtering.py, its parameters from $24) is one more
+# condition of every source of candidates (filtering.SLOT): the best among the memories it selects,
+# never the best then filtered.
 #
 # BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
 # read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
@@ -146,7 +153,7 @@ WITH counts AS (
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-       AND m.lexeme_keys @> (SELECT r.keyed FROM required r)
+       AND m.lexeme_keys @> (SELECT r.keyed FROM required r)/*filter*/
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
     UNION ALL
@@ -155,6 +162,7 @@ WITH counts AS (
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+      /*filter*/
        AND m.lexeme_keys && (
            SELECT array_agg(t.keyed) FROM terms t
            WHERE t.df > 0
@@ -173,7 +181,7 @@ WITH counts AS (
         WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
           AND m.valid_to IS NULL
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.lexeme_keys @> ARRAY[t.keyed]
+          AND m.lexeme_keys @> ARRAY[t.keyed]/*filter*/
         LIMIT (SELECT greatest($13 - count(*), 0) / $14 FROM holding_all)
     ) c
     WHERE (SELECT count(*) FROM holding_all) < $22
@@ -188,6 +196,7 @@ WITH counts AS (
         SELECT m.id, m.created_at, m.lexemes
         FROM unnest($15::bigint[]) AS v(id)
         JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = v.id
+        WHERE true/*filter*/
     ) u
     WHERE $12::tsquery IS NULL OR NOT u.lexemes @@ $12::tsquery
     ORDER BY u.id
@@ -230,10 +239,11 @@ WITH counts AS (
                                     ELSE $17 END AS lexical) w
     LEFT JOIN unnest($15::bigint[], $16::float8[]) AS v(id, sim) ON v.id = l.id
     ORDER BY score DESC, l.created_at DESC, l.id DESC
-    LIMIT $4
+    LIMIT $4 OFFSET $23
 )
 SELECT m.public_id::text AS id, m.content, b.score::real AS score,
-       m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at, m.metadata
+       m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at, m.metadata,
+       m.key
 FROM best b
 JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = b.id
 WHERE b.score > 0
@@ -243,6 +253,7 @@ _SEARCH_TYPES = (
     *("bigint", "text", "bigint", "int", "text", "text"),
     *("text[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
     *("bigint[]", "float8[]", "float8", "float8", "float8", "float8[]", "tsquery", "int"),
+    "int",
 )
 
 
@@ -415,17 +426,24 @@ def search(
     session_id: str | None,
     agent_id: str | None,
     query_embedding: list[float] | None = None,
+    filter_json: str | None = None,
+    offset: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The actor's current memories that best match ``query``, best first, score in [0, 1].
-    ``query_embedding``: the query's vector, when the application has it (no embedding call)."""
+    """The actor's current memories that best match ``query``, best first, score in [0, 1],
+    among those ``filter_json`` selects, the best ``offset`` skipped. ``query_embedding``: the
+    query's vector, when the application has it (no embedding call)."""
     fn = "search"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     sid, agent = filters(fn, ns, session_id, agent_id)
     n = _limit(fn, limit, SEARCH_DEFAULT, SEARCH_MAX)
+    skip = 0 if offset is None else offset
+    if not 0 <= skip <= SEARCH_OFFSET_MAX:
+        raise invalid(fn, "offset", f"must be between 0 and {SEARCH_OFFSET_MAX}")
     if query is None:
         raise required(fn, "query")
     if not query.strip():
         raise invalid(fn, "query", "must not be empty")
+    condition = memory_filter(fn, ns, filter_json, len(_SEARCH_TYPES) + 1)
     key = keys.actor_key(ns.name, actor)
     text_search = "pg_catalog." + ns.config["text_search_config"]
     tree = _bounded_query(fn, ns, actor, key, query, text_search)
@@ -435,13 +453,19 @@ def search(
     terms = ranking.plan(tree["q"], stems, near)
     nearest: tuple[list[int], list[float], list[Any]] = ([], [], [])
     if vector is not None and model_name is not None:
-        nearest = vectors.candidates(ns, actor, key, vector, model_name, sid, agent, CANDIDATES)
+        nearest = vectors.candidates(
+            ns, actor, key, vector, model_name, sid, agent, max(CANDIDATES, n + skip), condition
+        )
     if not terms.lexemes and not nearest[0]:
         return []
     ranked = ns.config["search_max_ranked"]
+    statement, types, extra = _SEARCH, _SEARCH_TYPES, ()
+    if condition is not None:
+        statement = _SEARCH.replace(filtering.SLOT, f"\n       AND {condition.sql}")
+        types, extra = types + condition.types, condition.params
     rows = db.execute(
-        _SEARCH,
-        _SEARCH_TYPES,
+        statement,
+        types,
         (
             *(ns.id, actor, key, n, sid, agent),
             *(terms.keyed(key), terms.lexemes, terms.groups, terms.group_count),
@@ -452,7 +476,9 @@ def search(
                 ranking.lexical_weight(vector is not None, bool(terms.lexemes)),
             ),
             *(ranking.K1, ranking.B, terms.weights, terms.every),
-            ENOUGH_HOLDING_ALL * n,
+            ENOUGH_HOLDING_ALL * (n + skip),
+            skip,
+            *extra,
         ),
     )
     return [dict(r) for r in rows]
@@ -460,19 +486,54 @@ def search(
 
 # --- list_memories -----------------------------------------------------------------------------
 
-_LIST = """
-SELECT m.public_id::text AS id, m.content, m.agent_id, m.session_id,
+# A memory as list_memories, get_memory and update_memory return it (list_memories_result), from
+# m, the memory, and s, the one that superseded it (LEFT JOIN): what follows their SELECT.
+MEMORY_ROW = """
+       m.public_id::text AS id, m.content, m.agent_id, m.session_id,
        to_json(m.valid_from) #>> '{}' AS valid_from, to_json(m.valid_to) #>> '{}' AS valid_to,
        s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
-       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata
+       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata, m.key
 FROM aidb_memory.memory m
 LEFT JOIN aidb_memory.memory s ON s.actor_key = m.actor_key AND s.id = m.superseded_by
-WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2
+"""
+# $1 namespace, $2 actor, $3 session_id, $4 agent_id, $5 include_superseded, $6 limit, $7 the
+# actor's key; after a cursor (_AFTER in place of /*after*/), $8 and $9 its memory's created_at
+# and id (the redundant bound on created_at is what memory_actor_idx seeks to); then the filter's
+# parameters (at filtering.SLOT).
+_LIST = (
+    "SELECT"
+    + MEMORY_ROW
+    + """WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2
   AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
-  AND ($5 OR m.valid_to IS NULL)
+  AND ($5 OR m.valid_to IS NULL)/*after*//*filter*/
 ORDER BY m.created_at DESC, m.id DESC
 LIMIT $6
 """
+)
+_LIST_TYPES = ("bigint", "text", "text", "text", "boolean", "int", "bigint")
+_AFTER = "\n  AND m.created_at <= $8 AND (m.created_at, m.id) < ($8, $9)"
+_AFTER_TYPES = ("timestamptz", "bigint")
+# The memory a cursor names: where the next page starts.
+_CURSOR = """
+SELECT m.created_at, m.id FROM aidb_memory.memory m
+WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2
+"""
+_CURSOR_TYPES = ("bigint", "text", "bigint", "uuid")
+
+
+def memory_filter(fn: str, ns: Namespace, text: str | None, first: int) -> Any:
+    """The ``filter`` argument compiled (filtering.Compiled, parameters from ``$first``), or None
+    for none; refused with 22023 when it is malformed or over the namespace's bounds."""
+    if text is None:
+        return None
+    return filtering.compile_filter(
+        fn,
+        "filter",
+        text,
+        first,
+        max_chars=ns.config["memory_filter_max_chars"],
+        max_nodes=ns.config["memory_filter_max_nodes"],
+    )
 
 
 def list_memories(
@@ -482,16 +543,41 @@ def list_memories(
     agent_id: str | None,
     limit: int | None,
     include_superseded: bool | None,
+    filter_json: str | None = None,
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The actor's memories, newest first; superseded ones only when asked for."""
+    """The actor's memories, newest first; superseded ones only when asked for; those that
+    ``filter_json`` selects; after the memory ``after`` (the last of the previous page)."""
     fn = "list_memories"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     sid, agent = filters(fn, ns, session_id, agent_id)
     n = _limit(fn, limit, LIST_DEFAULT, LIST_MAX)
+    # The filter is refused before anything is read.
+    first = len(_LIST_TYPES) + (len(_AFTER_TYPES) if after is not None else 0) + 1
+    condition = memory_filter(fn, ns, filter_json, first)
+    key = keys.actor_key(ns.name, actor)
+    types: tuple[str, ...] = _LIST_TYPES
+    params: tuple[Any, ...] = (ns.id, actor, sid, agent, bool(include_superseded), n, key)
+    cursor = ""
+    if after is not None:
+        found = db.execute(_CURSOR, _CURSOR_TYPES, (ns.id, actor, key, after))
+        if not found.nrows():
+            raise invalid(
+                fn,
+                "after",
+                "is not a memory of the actor",
+                hint="pass the id of the last memory of the previous page (NULL: the first page)",
+            )
+        cursor = _AFTER
+        types += _AFTER_TYPES
+        params += (found[0]["created_at"], found[0]["id"])
+    where = ""
+    if condition is not None:
+        where = f"\n  AND {condition.sql}"
+        types += condition.types
+        params += condition.params
     rows = db.execute(
-        _LIST,
-        ("bigint", "text", "text", "text", "boolean", "int", "bigint"),
-        (ns.id, actor, sid, agent, bool(include_superseded), n, keys.actor_key(ns.name, actor)),
+        _LIST.replace("/*after*/", cursor).replace(filtering.SLOT, where), types, params
     )
     return [dict(r) for r in rows]
 

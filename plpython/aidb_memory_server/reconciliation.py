@@ -103,24 +103,56 @@ ORDER BY content_hash = $3 DESC, "@trgm@".similarity(content, $4) DESC, id
 LIMIT $6
 """
 # Verbatim extraction merges only the exact duplicate (the unique index on current hashes).
+# A keyed memory (remember with a key) is the application's item, no duplicate of another: the
+# keyless ones alone are one current memory per text (memory_current_hash_idx).
 _SAME_EXACT = """
 SELECT id, public_id::text AS public_id, content, true AS exact
 FROM aidb_memory.memory
 WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
-  AND content_hash = $3
+  AND content_hash = $3 AND key IS NULL
 LIMIT 1
 """
+# The actor's current memory of a key (memory_key_idx), and whether it is already what a put
+# asks for ($5 content, $6 metadata, compared as jsonb: 1 and 1.0 alike, true and 1 not; $7 and
+# $8 agent_id and session_id).
+_KEYED = """
+SELECT id, public_id::text AS public_id, content,
+       content = $5 AND metadata = $6 AND agent_id IS NOT DISTINCT FROM $7
+           AND session_id IS NOT DISTINCT FROM $8 AS unchanged
+FROM aidb_memory.memory
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL AND key = $3
+"""
+_KEYED_TYPES = ("bigint", "text", "text", "bigint", "text", "jsonb", "text", "text")
 _CURRENT = """
 SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND valid_to IS NULL
 """
 _INSERT = """
 INSERT INTO aidb_memory.memory
     (actor_key, namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
-     embedding, embedding_model, lexemes, metadata)
+     embedding, embedding_model, lexemes, metadata, key)
 VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END,
-        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5), $12)
+        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5), $12, $13)
 RETURNING id, public_id::text AS public_id
 """
+_INSERT_TYPES = (
+    *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
+    *("bigint", "text", "jsonb", "text"),
+)
+# A memory changed in place (a put on its key, update_memory): its words at once (lexemes, and
+# tsv, generated), its vector dropped when its text changed (the worker embeds it again). $3 its
+# content, $4 its hash, $5 the text search configuration, $6 its metadata, $7 and $8 its agent_id
+# and session_id.
+_REPLACE = """
+UPDATE aidb_memory.memory
+SET content = $3, content_hash = $4,
+    lexemes = pg_catalog.to_tsvector($5::pg_catalog.regconfig, $3), metadata = $6,
+    agent_id = $7, session_id = $8,
+    embedding = CASE WHEN content = $3 THEN embedding END,
+    embedding_model = CASE WHEN content = $3 THEN embedding_model END,
+    updated_at = pg_catalog.now()
+WHERE actor_key = $1 AND id = $2
+"""
+_REPLACE_TYPES = ("bigint", "bigint", "text", "text", "text", "jsonb", "text", "text")
 _CLOSE = """
 UPDATE aidb_memory.memory SET valid_to = now(), superseded_by = $2, updated_at = now()
 WHERE actor_key = $3 AND id = $1 AND valid_to IS NULL
@@ -129,12 +161,17 @@ _CLOSE_TYPES = ("bigint", "bigint", "bigint")
 _SUPERSEDE = """
 UPDATE aidb_memory.memory SET superseded_by = $2 WHERE actor_key = $3 AND id = $1
 """
+# Who made a change: the login role (an API call's caller, or the worker's), as the audit log.
 _HISTORY = """
 INSERT INTO aidb_memory.memory_history
-    (actor_key, memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content)
-VALUES ($8, $1, $2, $3, $4, $5, $6, $7)
+    (actor_key, memory_id, namespace_id, actor_id, event_id, operation, old_content, new_content,
+     metadata, by_role, reason)
+VALUES ($8, $1, $2, $3, $4, $5, $6, $7, $9, session_user, $10)
 """
-_HISTORY_TYPES = ("bigint", "bigint", "text", "bigint", "text", "text", "text", "bigint")
+_HISTORY_TYPES = (
+    *("bigint", "bigint", "text", "bigint", "text", "text", "text", "bigint"),
+    *("jsonb", "text"),
+)
 
 
 def query_words(turns: Sequence[extraction.Turn], limit: int = 32) -> str:
@@ -208,6 +245,7 @@ class Writer:
         vectors: dict[str, list[float]] | None = None,
         embedding_model: str | None = None,
         text_search: str = validation.CONFIG_DEFAULTS["text_search_config"],
+        metadata: str = metadata_rules.EMPTY,
     ) -> None:
         self.ns, self.actor, self.key = namespace_id, actor_id, key
         # The namespace's text search configuration, qualified: what memory.lexemes is made with.
@@ -215,6 +253,8 @@ class Writer:
         self.event_id, self.agent_id, self.session_id = event_id, agent_id, session_id
         self.vectors = vectors or {}
         self.embedding_model = embedding_model
+        # What a new memory is tagged with unless told otherwise: the event's memory_metadata.
+        self.metadata = metadata
         lock_actor(self.ns, self.actor, self.key)
         self.out: dict[str, Any] = {
             k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
@@ -241,21 +281,35 @@ class Writer:
             text_search=validation.effective_config(json.loads(event["config"]))[
                 "text_search_config"
             ],
+            metadata=event.get("memory_metadata") or metadata_rules.EMPTY,
         )
 
-    def history(self, memory_id: int, op: str, old: str | None, new: str | None) -> None:
+    def history(
+        self,
+        memory_id: int,
+        op: str,
+        old: str | None,
+        new: str | None,
+        metadata: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """One row of memory_history: ``op`` on the memory, its text before and after, its
+        metadata after (JSON text), why (an API call's reason)."""
         db.execute(
             _HISTORY,
             _HISTORY_TYPES,
-            (memory_id, self.ns, self.actor, self.event_id, op, old, new, self.key),
+            (
+                *(memory_id, self.ns, self.actor, self.event_id, op, old, new, self.key),
+                *(metadata, reason),
+            ),
         )
 
     def store(
-        self, text: str, near: bool = True, metadata: str = metadata_rules.EMPTY
+        self, text: str, near: bool = True, metadata: str | None = None
     ) -> tuple[int, str, bool]:
         """(memory id, its public id, whether it is new) for ``text``: an existing duplicate or a
-        new row, with ``metadata`` (JSON text, checked: metadata.parse). ``near``: a near
-        duplicate (same identifiers) counts too; otherwise only an exact one."""
+        new row, with ``metadata`` (JSON text, checked: metadata.parse; None: the writer's).
+        ``near``: a near duplicate (same identifiers) counts too; otherwise only an exact one."""
         digest = extraction.content_hash(text)
         if near:
             same = db.execute(
@@ -272,12 +326,14 @@ class Writer:
         for candidate in same:
             if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
                 return int(candidate["id"]), str(candidate["public_id"]), False
+        return self._insert(text, digest, self.metadata if metadata is None else metadata, None)
+
+    def _insert(
+        self, text: str, digest: str, metadata: str, key: str | None
+    ) -> tuple[int, str, bool]:
         row = db.execute(
             _INSERT,
-            (
-                *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
-                *("bigint", "text", "jsonb"),
-            ),
+            _INSERT_TYPES,
             (
                 self.ns,
                 self.actor,
@@ -291,11 +347,46 @@ class Writer:
                 self.key,
                 self.text_search,
                 metadata,
+                key,
             ),
         )[0]
-        self.history(int(row["id"]), "add", None, text)
+        self.history(int(row["id"]), "add", None, text, metadata)
         self.out["memories"].append(row["public_id"])
         return int(row["id"]), str(row["public_id"]), True
+
+    def put(self, key: str, text: str, metadata: str) -> tuple[str, bool]:
+        """(public id, whether its text is new) of the actor's current memory of ``key``, which
+        says ``text`` with ``metadata`` (and this writer's agent_id and session_id) afterwards: a
+        new memory, or the one of the key changed in place (an ``update`` in its history) unless
+        it was that already (a repeated put changes nothing)."""
+        found = db.execute(
+            _KEYED,
+            _KEYED_TYPES,
+            (self.ns, self.actor, key, self.key, text, metadata, self.agent_id, self.session_id),
+        )
+        if not found.nrows():
+            _, public_id, _ = self._insert(text, extraction.content_hash(text), metadata, key)
+            return public_id, True
+        row = found[0]
+        if row["unchanged"]:
+            return str(row["public_id"]), False
+        self.replace(int(row["id"]), row["content"], text, metadata, None)
+        return str(row["public_id"]), row["content"] != text
+
+    def replace(
+        self, memory_id: int, old: str, text: str, metadata: str, reason: str | None
+    ) -> None:
+        """Change the memory ``memory_id`` (which says ``old``) in place to ``text`` and
+        ``metadata`` (this writer's agent_id and session_id), recorded as an ``update``."""
+        db.execute(
+            _REPLACE,
+            _REPLACE_TYPES,
+            (
+                *(self.key, memory_id, text, extraction.content_hash(text), self.text_search),
+                *(metadata, self.agent_id, self.session_id),
+            ),
+        )
+        self.history(memory_id, "update", old, text, metadata, reason)
 
 
 def apply(

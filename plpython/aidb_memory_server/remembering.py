@@ -9,6 +9,10 @@ an event. Where the namespace has an embedding model the vector is added by the 
 ``embedding`` task of the event queue, eventqueue.queue_embedding), so the call never waits for
 a model; until then search finds the memory by its words. Every statement is the actor's
 (keys.actor_key).
+
+With a ``key`` (the application's name for the memory, issue 34) it is a put: the actor's current
+memory of that key is changed in place (same id, an ``update`` in its history), or made; no
+duplicate rule applies to it (two keys may hold one text), and a repeated put changes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from aidb_memory_server import eventqueue, keys, reconciliation
 from aidb_memory_server import metadata as metadata_rules
 from aidb_memory_server.errors import invalid, required
 from aidb_memory_server.memories import filters
-from aidb_memory_server.sessions import namespace
+from aidb_memory_server.sessions import Namespace, identifier, namespace
 
 
 def remember(
@@ -27,12 +31,38 @@ def remember(
     session_id: str | None,
     agent_id: str | None,
     metadata: str | None = None,
+    key: str | None = None,
 ) -> str:
     """Store ``content`` as a memory of the actor, tagged with ``metadata`` (a JSON object; NULL:
-    ``{}``), or find the current one that says the same (left as it is); its id."""
+    ``{}``), or find the current one that says the same (left as it is); its id. With ``key``:
+    the actor's memory of that key, made or changed in place."""
     fn = "remember"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
     sid, agent = filters(fn, ns, session_id, agent_id)
+    name = identifier(fn, "key", key, ns.config["max_identifier_chars"], optional=True)
+    text = checked_content(fn, ns, content)
+    tags = metadata_rules.parse(fn, "metadata", metadata, ns.config["memory_metadata_max_chars"])
+    actor_key = keys.actor_key(ns.name, actor)
+    writer = reconciliation.Writer(
+        ns.id,
+        actor,
+        actor_key,
+        agent_id=agent,
+        session_id=sid,
+        text_search=ns.config["text_search_config"],
+    )
+    if name is None:
+        _, public_id, new = writer.store(text, near=False, metadata=tags)
+    else:
+        public_id, new = writer.put(name, text, tags)
+    if new and ns.model_spec.get("embedding"):
+        eventqueue.queue_embedding(actor_key, ns.id, actor)
+    return public_id
+
+
+def checked_content(fn: str, ns: Namespace, content: str | None) -> str:
+    """A memory's text as the application gives it: not empty, within
+    config.memory_max_chars."""
     if content is None:
         raise required(fn, "content")
     if not content.strip():
@@ -45,17 +75,4 @@ def remember(
             f"is longer than {limit} characters",
             hint="split it into facts, or an admin raises config.memory_max_chars",
         )
-    tags = metadata_rules.parse(fn, "metadata", metadata, ns.config["memory_metadata_max_chars"])
-    key = keys.actor_key(ns.name, actor)
-    writer = reconciliation.Writer(
-        ns.id,
-        actor,
-        key,
-        agent_id=agent,
-        session_id=sid,
-        text_search=ns.config["text_search_config"],
-    )
-    _, public_id, new = writer.store(content, near=False, metadata=tags)
-    if new and ns.model_spec.get("embedding"):
-        eventqueue.queue_embedding(key, ns.id, actor)
-    return public_id
+    return content

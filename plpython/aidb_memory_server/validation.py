@@ -57,6 +57,10 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "non_text_part_chars": 1_000,
     # The largest metadata of one memory, in characters of its JSON text (issue 34).
     "memory_metadata_max_chars": 4_000,
+    # The largest filter of search and list_memories: characters of its JSON text, and
+    # conditions (filtering.py).
+    "memory_filter_max_chars": 4_000,
+    "memory_filter_max_nodes": 64,
 }
 FALLBACK_MODELS_MAX = 100
 ACTOR_BINDINGS = ("none", "session_user")
@@ -77,6 +81,8 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "non_text_part_chars": (0, 1_000_000),
     "memory_max_chars": (100, 100_000),
     "memory_metadata_max_chars": (2, 1_000_000),
+    "memory_filter_max_chars": (2, 1_000_000),
+    "memory_filter_max_nodes": (1, 10_000),
 }
 EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
 
@@ -259,7 +265,8 @@ def state(function: str, value: str) -> str:
 # anything an API argument needs. Refused up front with 22023 naming the field.
 JSON_MAX_DEPTH = 100
 JSON_MAX_NUMBER_CHARS = 100
-_PLAIN_KEY = r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z"
+# A key printed after a dot (others are quoted in brackets); "$" leads a filter's operators.
+_PLAIN_KEY = r"\$?[A-Za-z_][A-Za-z0-9_]{0,63}\Z"
 _PATH_PARTS = 2  # how much of the path below the argument an error names: turns[3].meta
 
 
@@ -301,13 +308,14 @@ def _decoder() -> json.JSONDecoder:
     return decoder
 
 
-def json_path(field: str, parts: list[Any]) -> str:
-    """``field`` and the first parts of the path below it, as an error message names them."""
+def json_path(field: str, parts: list[Any], depth: int = _PATH_PARTS) -> str:
+    """``field`` and the first ``depth`` parts of the path below it, as an error message names
+    them."""
     import json
     import re
 
     out = field
-    for part in parts[:_PATH_PARTS]:
+    for part in parts[:depth]:
         if isinstance(part, int):
             out += f"[{part}]"
         elif re.match(_PLAIN_KEY, part):

@@ -25,7 +25,7 @@ from typing import Any
 
 import plpy
 
-from aidb_memory_server import db, extensions, llm
+from aidb_memory_server import db, extensions, filtering, llm
 from aidb_memory_server.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, ApiError, invalid
 from aidb_memory_server.sessions import Namespace, quote
 
@@ -106,7 +106,7 @@ FROM (
         FROM aidb_memory.memory m
         WHERE m.actor_key = $10 AND m.namespace_id = $1 AND m.actor_id = $2
           AND m.valid_to IS NULL
-          AND m.embedding IS NOT NULL AND m.embedding_model = $4
+          AND m.embedding IS NOT NULL AND m.embedding_model = $4/*filter*/
         ORDER BY m.created_at DESC
         LIMIT $7
     ) w
@@ -150,6 +150,7 @@ FROM (
       AND m.valid_to IS NULL AND m.embedding_model = $4
       AND "@vector@".vector_dims(m.embedding) = $7
       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+      /*filter*/
     ORDER BY d, m.id DESC
     LIMIT $8
 ) c
@@ -177,6 +178,7 @@ FROM (
       AND m.valid_to IS NULL AND m.embedding_model = $4
       AND "@vector@".vector_dims(m.embedding) = __dims__
       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
+      /*filter*/
     ORDER BY m.embedding::"@vector@".vector(__dims__)
                  OPERATOR("@vector@".<=>) $3::real[]::"@vector@".vector(__dims__)
     LIMIT $8
@@ -326,9 +328,20 @@ def _rows(rows: Any) -> tuple[list[int], list[float], list[Any]]:
     )
 
 
-def _hnsw(schema: str, dims: int, params: tuple[Any, ...]) -> Any:
+def _filtered(sql: str, types: tuple[str, ...], condition: Any) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with the filter (filtering.Compiled, or None) as one more condition of its scan
+    of the actor's memories, its parameters after ``types``."""
+    if condition is None:
+        return sql, types
+    where = f"\n      AND {condition.at(len(types) + 1)}"
+    return sql.replace(filtering.SLOT, where), types + condition.types
+
+
+def _hnsw(schema: str, dims: int, params: tuple[Any, ...], condition: Any = None) -> Any:
     """The HNSW statement of ``dims`` (_EXACT's parameters), under its settings alone."""
-    sql = extensions.vector_sql(_HNSW.replace("__dims__", str(dims)), schema)
+    statement, types = _filtered(_HNSW.replace("__dims__", str(dims)), _EXACT_TYPES, condition)
+    sql = extensions.vector_sql(statement, schema)
+    extra = () if condition is None else condition.params
     settings = {
         "hnsw.iterative_scan": "relaxed_order",
         "hnsw.ef_search": str(HNSW_EF_SEARCH),
@@ -339,7 +352,7 @@ def _hnsw(schema: str, dims: int, params: tuple[Any, ...]) -> Any:
     before = {r["k"]: r["v"] for r in db.execute(_SHOW, ("text[]",), (names,))}
     db.execute(_SET, ("text[]", "text[]"), (names, [settings[k] for k in names]))
     try:
-        return db.execute(sql, _EXACT_TYPES, params)
+        return db.execute(sql, types, (*params, *extra))
     finally:
         # A setting that did not exist before (pgvector's, before its library loaded in this
         # backend) goes back to pgvector's default, not to ours.
@@ -356,14 +369,18 @@ def candidates(
     session_id: str | None,
     agent_id: str | None,
     limit: int,
+    condition: Any = None,
 ) -> tuple[list[int], list[float], list[Any]]:
     """The actor's current memories most similar to ``vector`` (ids, cosines, creation times),
     best first, at most ``limit``, each more similar than MIN_COSINE; only memories embedded
-    with ``model`` in the vector's dimension are compared."""
+    with ``model`` in the vector's dimension are compared; with ``condition`` (a compiled
+    filter, filtering.Compiled), only those it selects."""
     kind, schema = storage()
+    extra = () if condition is None else condition.params
     if kind != "pgvector" or schema is None:
         window = (ns.id, actor, vector, model, session_id, agent_id, VECTOR_WINDOW, limit)
-        return _rows(db.execute(_CANDIDATES, _CANDIDATES_TYPES, (*window, MIN_COSINE, key)))
+        sql, types = _filtered(_CANDIDATES, _CANDIDATES_TYPES, condition)
+        return _rows(db.execute(sql, types, (*window, MIN_COSINE, key, *extra)))
     dims = len(vector)
     size = db.execute(
         _SIZE, _SIZE_TYPES, (ns.id, actor, key, EXACT_MAX + 1, f"aidb_memory.{index_name(dims)}")
@@ -371,10 +388,11 @@ def candidates(
     params = (ns.id, actor, vector, model, session_id, agent_id, dims, limit, key)
     if int(size["n"]) > EXACT_MAX and size["indexed"]:
         asked = min(limit, HNSW_CANDIDATES)
-        rows = _hnsw(schema, dims, (*params[:7], asked, key))
+        rows = _hnsw(schema, dims, (*params[:7], asked, key), condition)
         # Too few from the index (filters that leave few of the actor's rows, or more of other
         # actors' rows than the scan may visit): the exact scan answers.
         if rows.nrows() >= asked:
             return _rows(rows)
-    exact = extensions.vector_sql(_EXACT, schema)
-    return _rows(db.execute(exact, _EXACT_TYPES, params))
+    statement, types = _filtered(_EXACT, _EXACT_TYPES, condition)
+    exact = extensions.vector_sql(statement, schema)
+    return _rows(db.execute(exact, types, (*params, *extra)))

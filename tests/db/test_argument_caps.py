@@ -300,6 +300,13 @@ def test_the_caps_are_the_python_codes(ns: Database) -> None:
     assert cap("search", "query") == defaults["search_max_query_chars"]
     assert cap("session_end", "notes") == defaults["max_turn_chars"]
     assert cap("remember", "metadata") == defaults["memory_metadata_max_chars"]
+    assert cap("update_memory", "metadata") == defaults["memory_metadata_max_chars"]
+    assert cap("add", "memory_metadata") == defaults["memory_metadata_max_chars"]
+    assert cap("update_memory", "content") == defaults["memory_max_chars"]
+    assert cap("update_memory", "reason") == defaults["max_turn_chars"]
+    assert cap("remember", "key") == defaults["max_identifier_chars"]
+    assert cap("search", "filter") == defaults["memory_filter_max_chars"]
+    assert cap("list_memories", "filter") == defaults["memory_filter_max_chars"]
     assert cap("delete", "selector") == _constant("memories", "SELECTOR_MAX_CHARS")
     assert cap("set_secret", "value", None) == _constant("models", "SECRET_VALUE_MAX")
     assert cap("create_model", "name", None) == _constant("models", "NAME_MAX")

@@ -493,9 +493,14 @@ def hot(node: Node, ns: str) -> dict[str, Any]:
     )
     for i in range(3):
         node.sql(
-            "SELECT aidb_memory.remember(%s, %s, %s)", (ns, actor, f"fact {i} tea"), user=APP_USER
+            "SELECT aidb_memory.remember(%s, %s, %s, metadata => %s)",
+            (ns, actor, f"fact {i} tea", json.dumps({"n": i})),
+            user=APP_USER,
         )
-    return {"actor": actor, "event": event, "shards": _shard_indexes(node)}
+    memory = node.value(
+        "SELECT aidb_memory.remember(%s, %s, 'keyed tea', key => 'k')", (ns, actor), user=APP_USER
+    )
+    return {"actor": actor, "event": event, "memory": memory, "shards": _shard_indexes(node)}
 
 
 # Each hot call of one actor; %(session)s is a new session id for every call.
@@ -509,7 +514,17 @@ HOT_CALLS: dict[str, str] = {
     "session_list": "SELECT * FROM aidb_memory.session_list(%(ns)s, %(actor)s)",
     "session_delete": "SELECT aidb_memory.session_delete(%(ns)s, %(actor)s, %(session)s, 'test')",
     "search": "SELECT * FROM aidb_memory.search(%(ns)s, %(actor)s, 'tea')",
+    "search filtered": "SELECT * FROM aidb_memory.search(%(ns)s, %(actor)s, 'tea', "
+    'filter => \'{"n": {"$gte": 1}}\', "offset" => 1)',
     "list_memories": "SELECT * FROM aidb_memory.list_memories(%(ns)s, %(actor)s)",
+    "list_memories paged": "SELECT * FROM aidb_memory.list_memories(%(ns)s, %(actor)s, "
+    'filter => \'{"n": {"$in": [0, 1]}}\', after => %(memory)s)',
+    "remember with a key": "SELECT aidb_memory.remember(%(ns)s, %(actor)s, %(session)s, "
+    "key => 'k')",
+    "get_memory": "SELECT * FROM aidb_memory.get_memory(%(ns)s, %(actor)s, key => 'k')",
+    "update_memory": "SELECT * FROM aidb_memory.update_memory(%(ns)s, %(actor)s, %(memory)s, "
+    "metadata => jsonb_build_object('at', %(session)s))",
+    "memory_history": "SELECT * FROM aidb_memory.memory_history(%(ns)s, %(actor)s, %(memory)s)",
     "delete": "SELECT aidb_memory.delete(%(ns)s, %(actor)s, %(selector)s::jsonb, 'test')",
     "forget": "SELECT aidb_memory.forget(%(ns)s, %(actor)s, 'test')",
     "status": "SELECT aidb_memory.status(%(ns)s, %(actor)s, %(event)s)",
@@ -556,6 +571,7 @@ def test_a_hot_call_touches_the_shards_of_one_index(
             "ns": ns,
             "actor": actor,
             "event": hot["event"],
+            "memory": hot["memory"],
             "session": session,
             "turns": _turns("x"),
             "selector": json.dumps({"ids": [str(uuid.uuid4())]}),

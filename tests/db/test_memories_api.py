@@ -773,8 +773,11 @@ def test_application_roles_cannot_drop_namespaces_or_read_memories(db: Database)
             _fails(db, f"SELECT count(*) FROM aidb_memory.{table}", None, "42501", user=user)
     assert db.value("SELECT count(*) FROM aidb_memory.namespace WHERE name = %s", (NS,)) == 1
     for signature in (
-        "search(text, text, text, integer, text, text, double precision[])",
-        "list_memories(text, text, text, text, integer, boolean)",
+        "search(text, text, text, integer, text, text, double precision[], jsonb, integer)",
+        "list_memories(text, text, text, text, integer, boolean, jsonb, uuid)",
+        "get_memory(text, text, uuid, text)",
+        "update_memory(text, text, uuid, text, jsonb, text)",
+        "memory_history(text, text, uuid)",
         "delete(text, text, jsonb, text, text, text)",
         "forget(text, text, text)",
     ):

@@ -213,11 +213,12 @@ def _rows(db: Database) -> dict[str, list[Any]]:
             continue
         rows[table] = sorted(
             json.dumps(r, sort_keys=True, default=str)
-            # Columns later migrations add (memory.lexemes, lexeme_keys: 0018; metadata: 0021,
-            # checked on its own below) are its own.
+            # Columns later migrations add (memory.lexemes, lexeme_keys: 0018; metadata: 0021;
+            # memory.key, memory_history.metadata, by_role, reason: 0022; event.memory_metadata:
+            # 0023; checked on their own below) are its own.
             for (r,) in db.sql(
                 f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' - 'lexeme_keys' - 'metadata' "
-                f"FROM aidb_memory.{table} AS t"
+                f"- 'key' - 'by_role' - 'reason' - 'memory_metadata' FROM aidb_memory.{table} AS t"
             )
         )
     return rows
@@ -241,6 +242,13 @@ def test_an_upgrade_with_data_keeps_every_row_and_every_read(
     assert {t: after[t] for t in rows_before} == rows_before
     # Every memory from before metadata existed has the empty object (migration 0021).
     assert db.sql("SELECT DISTINCT metadata FROM aidb_memory.memory") == [({},)]
+    # And no key; their history no metadata, role or reason (migration 0022).
+    assert db.sql("SELECT DISTINCT key FROM aidb_memory.memory") == [(None,)]
+    assert db.sql("SELECT DISTINCT metadata, by_role, reason FROM aidb_memory.memory_history") == [
+        (None, None, None)
+    ]
+    # Nor any event metadata for its memories (migration 0023).
+    assert db.sql("SELECT DISTINCT memory_metadata FROM aidb_memory.event") == [(None,)]
     assert _reads(db) == reads_before
     # Every row got its actor's key; the rows of a session, the session's.
     for table in ("session", "event", "memory", "memory_word", "memory_history", "actor_lock"):

@@ -209,6 +209,42 @@ def test_the_oldest_of_5000_memories_is_found_by_meaning_only_with_pgvector(
     assert _index_scans(vector_db, f"memory_embedding_{DIMS}_idx", more_than=before) > before
 
 
+def test_a_selective_filter_still_returns_k_memories_by_meaning(
+    vector_db: Database, fake: FakeOpenAI
+) -> None:
+    """Issue 34: the filter is a condition of the vector scan itself (with pgvector, the HNSW
+    index's iterative scan goes on until enough memories it selects are found), not applied to
+    the nearest memories afterwards."""
+    _setup(vector_db, fake)
+    _many(vector_db, 5100)  # more than vectors.EXACT_MAX: the HNSW index answers, with pgvector
+    # One memory in 50 is the red team's; the query's meaning is nearest none of them.
+    vector_db.sql(
+        'UPDATE aidb_memory.memory SET metadata = \'{"team": "red"}\' '
+        "WHERE substring(content from 'Invoice (\\d+)')::int % 50 = 0"
+    )
+    red = {
+        r[0]
+        for r in vector_db.sql(
+            'SELECT public_id::text FROM aidb_memory.memory WHERE metadata = \'{"team": "red"}\''
+        )
+    }
+    assert len(red) == 102
+    if _storage(vector_db) != "real[]":
+        _reinstall(vector_db)  # the HNSW index of the dimension
+    before = _index_scans(vector_db, f"memory_embedding_{DIMS}_idx")
+    found = _ids(
+        vector_db,
+        "which animal companion",
+        query_embedding=_axis(0),
+        filter=json.dumps({"team": "red"}),
+    )
+    assert len(found) == 10 and set(found) <= red, found
+    unfiltered = _ids(vector_db, "which animal companion", query_embedding=_axis(0))
+    assert len(unfiltered) == 10 and not set(unfiltered) <= red
+    if _storage(vector_db) != "real[]":
+        assert _index_scans(vector_db, f"memory_embedding_{DIMS}_idx", more_than=before) > before
+
+
 def _index_scans(db: Database, index: str, more_than: int | None = None) -> int:
     """The index's scans as the statistics say, waiting (up to 10 s) for more than
     ``more_than`` (a backend reports its counts when it ends)."""

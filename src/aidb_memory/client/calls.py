@@ -22,6 +22,7 @@ from aidb_memory.client.types import (
     Handoff,
     Item,
     MemoryRecord,
+    MemoryVersion,
     ReadResult,
     SearchHit,
     Session,
@@ -114,6 +115,7 @@ def add(
     session_id: str | None,
     agent_id: str | None,
     idempotency_key: str | None,
+    memory_metadata: Mapping[str, Any] | Jsonb | None = None,
 ) -> Call[uuid.UUID]:
     return _call(
         "add",
@@ -125,6 +127,7 @@ def add(
             ("session_id", "text", session_id, False),
             ("agent_id", "text", agent_id, False),
             ("idempotency_key", "text", idempotency_key, False),
+            ("memory_metadata", "jsonb", memory_metadata, False),
         ],
         _scalar,
     )
@@ -297,7 +300,7 @@ def session_delete(namespace: str, actor_id: str, session_id: str, reason: str) 
 
 
 def _hits(rows: Rows) -> list[SearchHit]:
-    return [SearchHit(i, c, float(s), a, sid, t, m) for i, c, s, a, sid, t, m in rows]
+    return [SearchHit(i, c, float(s), a, sid, t, m, k) for i, c, s, a, sid, t, m, k in rows]
 
 
 def search(
@@ -308,11 +311,13 @@ def search(
     session_id: str | None,
     agent_id: str | None,
     query_embedding: Sequence[float] | None = None,
+    filter: Mapping[str, Any] | Jsonb | None = None,
+    offset: int | None = None,
 ) -> Call[list[SearchHit]]:
     vector = None if query_embedding is None else [float(x) for x in query_embedding]
     return _call(
         "search",
-        ("id", "content", "score", "agent_id", "session_id", "created_at", "metadata"),
+        ("id", "content", "score", "agent_id", "session_id", "created_at", "metadata", "key"),
         [
             ("namespace", "text", namespace, True),
             ("actor_id", "text", actor_id, True),
@@ -321,6 +326,8 @@ def search(
             ("session_id", "text", session_id, False),
             ("agent_id", "text", agent_id, False),
             ("query_embedding", "double precision[]", vector, False),
+            ("filter", "jsonb", filter, False),
+            ("offset", "integer", offset, False),
         ],
         _hits,
     )
@@ -333,6 +340,7 @@ def remember(
     session_id: str | None,
     agent_id: str | None,
     metadata: Mapping[str, Any] | Jsonb | None = None,
+    key: str | None = None,
 ) -> Call[uuid.UUID]:
     return _call(
         "remember",
@@ -344,9 +352,26 @@ def remember(
             ("session_id", "text", session_id, False),
             ("agent_id", "text", agent_id, False),
             ("metadata", "jsonb", metadata, False),
+            ("key", "text", key, False),
         ],
         _scalar,
     )
+
+
+# The columns of list_memories_result, which get_memory and update_memory return too.
+_RECORD_COLUMNS = (
+    "id",
+    "content",
+    "agent_id",
+    "session_id",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "key",
+)
 
 
 def _records(rows: Rows) -> list[MemoryRecord]:
@@ -360,21 +385,12 @@ def list_memories(
     agent_id: str | None,
     limit: int | None,
     include_superseded: bool | None,
+    filter: Mapping[str, Any] | Jsonb | None = None,
+    after: uuid.UUID | str | None = None,
 ) -> Call[list[MemoryRecord]]:
     return _call(
         "list_memories",
-        (
-            "id",
-            "content",
-            "agent_id",
-            "session_id",
-            "valid_from",
-            "valid_to",
-            "superseded_by",
-            "created_at",
-            "updated_at",
-            "metadata",
-        ),
+        _RECORD_COLUMNS,
         [
             ("namespace", "text", namespace, True),
             ("actor_id", "text", actor_id, True),
@@ -382,8 +398,84 @@ def list_memories(
             ("agent_id", "text", agent_id, False),
             ("limit", "integer", limit, False),
             ("include_superseded", "boolean", include_superseded, False),
+            ("filter", "jsonb", filter, False),
+            ("after", "uuid", None if after is None else str(after), False),
         ],
         _records,
+    )
+
+
+def _record(rows: Rows) -> MemoryRecord | None:
+    records = _records(rows)
+    return records[0] if records else None
+
+
+def get_memory(
+    namespace: str, actor_id: str, memory_id: uuid.UUID | str | None, key: str | None
+) -> Call[MemoryRecord | None]:
+    return _call(
+        "get_memory",
+        _RECORD_COLUMNS,
+        [
+            ("namespace", "text", namespace, True),
+            ("actor_id", "text", actor_id, True),
+            ("id", "uuid", None if memory_id is None else str(memory_id), False),
+            ("key", "text", key, False),
+        ],
+        _record,
+    )
+
+
+def _updated(rows: Rows) -> MemoryRecord:
+    (record,) = _records(rows)
+    return record
+
+
+def update_memory(
+    namespace: str,
+    actor_id: str,
+    memory_id: uuid.UUID | str,
+    content: str | None,
+    metadata: Mapping[str, Any] | Jsonb | None,
+    reason: str | None,
+) -> Call[MemoryRecord]:
+    return _call(
+        "update_memory",
+        _RECORD_COLUMNS,
+        [
+            ("namespace", "text", namespace, True),
+            ("actor_id", "text", actor_id, True),
+            ("id", "uuid", str(memory_id), True),
+            ("content", "text", content, False),
+            ("metadata", "jsonb", metadata, False),
+            ("reason", "text", reason, False),
+        ],
+        _updated,
+    )
+
+
+def memory_history(
+    namespace: str, actor_id: str, memory_id: uuid.UUID | str
+) -> Call[list[MemoryVersion]]:
+    return _call(
+        "memory_history",
+        (
+            "version",
+            "operation",
+            "content",
+            "previous_content",
+            "metadata",
+            "at",
+            "by_role",
+            "reason",
+            "event_id",
+        ),
+        [
+            ("namespace", "text", namespace, True),
+            ("actor_id", "text", actor_id, True),
+            ("id", "uuid", str(memory_id), True),
+        ],
+        lambda rows: [MemoryVersion(*row) for row in rows],
     )
 
 

@@ -23,6 +23,7 @@ from aidb_memory.client.types import (
     Handoff,
     Item,
     MemoryRecord,
+    MemoryVersion,
     ReadResult,
     SearchHit,
     Session,
@@ -144,11 +145,15 @@ class Memory:
         session_id: str | None = None,
         agent_id: str | None = None,
         idempotency_key: str | None = None,
+        memory_metadata: Mapping[str, Any] | None = None,
     ) -> uuid.UUID:
         """Store a batch of turns (chat messages or Responses items), all or none; the id of
-        the event recorded for long-term memory."""
+        the event recorded for long-term memory. ``memory_metadata``: a JSON object the worker
+        copies onto every memory it makes of these turns."""
         return self._run(
-            calls.add(namespace, actor_id, turns, session_id, agent_id, idempotency_key)
+            calls.add(
+                namespace, actor_id, turns, session_id, agent_id, idempotency_key, memory_metadata
+            )
         )
 
     def session_get(
@@ -244,12 +249,26 @@ class Memory:
         session_id: str | None = None,
         agent_id: str | None = None,
         query_embedding: Sequence[float] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        offset: int | None = None,
     ) -> list[SearchHit]:
-        """The actor's current memories that best match ``query``, best first.
+        """The actor's current memories that best match ``query``, best first, among those
+        ``filter`` selects (metadata keys and created_at, updated_at, agent_id, session_id, key;
+        $eq $ne $gt $gte $lt $lte $in $nin $exists $and $or $not), the best ``offset`` skipped.
         ``query_embedding``: the query's vector by the namespace's embedding model, when the
         application has it (no embedding call is made)."""
         return self._run(
-            calls.search(namespace, actor_id, query, limit, session_id, agent_id, query_embedding)
+            calls.search(
+                namespace,
+                actor_id,
+                query,
+                limit,
+                session_id,
+                agent_id,
+                query_embedding,
+                filter,
+                offset,
+            )
         )
 
     def remember(
@@ -261,13 +280,16 @@ class Memory:
         session_id: str | None = None,
         agent_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> uuid.UUID:
         """Store one memory now, in this call's transaction and without a model, tagged with
         ``metadata`` (a JSON object, which search and list_memories return); its id (an exact
-        duplicate of a current memory of the actor stores nothing and returns that memory's id,
-        so a retry is safe). ``search`` finds it at once."""
+        duplicate of a current keyless memory of the actor stores nothing and returns that
+        memory's id, so a retry is safe). ``search`` finds it at once. ``key``: the
+        application's name for the memory; a put on a key the actor has changes that memory in
+        place (same id)."""
         return self._run(
-            calls.remember(namespace, actor_id, content, session_id, agent_id, metadata)
+            calls.remember(namespace, actor_id, content, session_id, agent_id, metadata, key)
         )
 
     def list_memories(
@@ -279,13 +301,58 @@ class Memory:
         agent_id: str | None = None,
         limit: int | None = None,
         include_superseded: bool | None = None,
+        filter: Mapping[str, Any] | None = None,
+        after: uuid.UUID | str | None = None,
     ) -> list[MemoryRecord]:
-        """The actor's memories, newest first."""
+        """The actor's memories, newest first, those ``filter`` selects (as search's); ``after``
+        the id of the last memory of the previous page, for the next."""
         return self._run(
             calls.list_memories(
-                namespace, actor_id, session_id, agent_id, limit, include_superseded
+                namespace,
+                actor_id,
+                session_id,
+                agent_id,
+                limit,
+                include_superseded,
+                filter,
+                after,
             )
         )
+
+    def get_memory(
+        self,
+        namespace: str,
+        actor_id: str,
+        *,
+        memory_id: uuid.UUID | str | None = None,
+        key: str | None = None,
+    ) -> MemoryRecord | None:
+        """The actor's memory with this id (current or superseded) or its current memory with
+        this key (one of the two); None when there is none."""
+        return self._run(calls.get_memory(namespace, actor_id, memory_id, key))
+
+    def update_memory(
+        self,
+        namespace: str,
+        actor_id: str,
+        memory_id: uuid.UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> MemoryRecord:
+        """Correct a current memory in place (same id): its text and/or its metadata (replaced
+        as a whole), recorded in its history with ``reason``; the memory afterwards."""
+        return self._run(
+            calls.update_memory(namespace, actor_id, memory_id, content, metadata, reason)
+        )
+
+    def memory_history(
+        self, namespace: str, actor_id: str, memory_id: uuid.UUID | str
+    ) -> list[MemoryVersion]:
+        """Every version of the actor's memory, oldest first (none for an id it does not
+        have)."""
+        return self._run(calls.memory_history(namespace, actor_id, memory_id))
 
     def delete(
         self,

@@ -17,6 +17,7 @@ __all__ = [
     "Handoff",
     "Item",
     "MemoryRecord",
+    "MemoryVersion",
     "ReadResult",
     "SearchHit",
     "Session",
@@ -120,6 +121,7 @@ class SearchHit:
     session_id: str | None
     created_at: datetime.datetime
     metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
+    key: str | None = None  # the application's name for it (remember's key)
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,27 @@ class MemoryRecord:
     created_at: datetime.datetime
     updated_at: datetime.datetime | None
     metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
+    key: str | None = None  # the application's name for it (remember's key)
 
     @property
     def current(self) -> bool:
         return self.superseded_by is None and self.valid_to is None
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One version of a memory (``memory_history``), oldest first: what ``operation`` made it say
+    (``content``; ``previous_content`` before), who (the login role), why, when."""
+
+    version: int
+    operation: str  # add, update, supersede, invalidate
+    content: str | None
+    previous_content: str | None
+    metadata: dict[str, Any] | None
+    at: datetime.datetime
+    by_role: str | None
+    reason: str | None
+    event_id: uuid.UUID | None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,182 @@
+"""One memory addressed by its id or its key (issue 34): ``get_memory``, ``update_memory`` and
+``memory_history``, as mem0's ``get``, ``update`` and ``history`` and LangGraph's ``get``.
+
+Each reads or changes one row found by one index probe (the actor's key and the memory's public
+id, memory_public_id_key; or its key among the actor's current memories, memory_key_idx), every
+statement the actor's (keys.actor_key). A change is made under the actor's lock, by the writer
+extraction and ``remember`` use (reconciliation.Writer), so that it is ordered with them and
+recorded in memory_history (an ``update``: the text before and after, the metadata after, the
+login role, the reason).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aidb_memory_server import db, eventqueue, extraction, keys, reconciliation
+from aidb_memory_server import metadata as metadata_rules
+from aidb_memory_server.errors import (
+    UNDEFINED_OBJECT,
+    UNIQUE_VIOLATION,
+    ApiError,
+    invalid,
+    required,
+)
+from aidb_memory_server.memories import MEMORY_ROW
+from aidb_memory_server.remembering import checked_content
+from aidb_memory_server.sessions import identifier, namespace, quote
+
+# $1 namespace, $2 actor, $3 the actor's key, $4 the memory's public id: current or not.
+_BY_ID = (
+    "SELECT"
+    + MEMORY_ROW
+    + "WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2"
+)
+# $4 the key: the actor's current memory of it.
+_BY_KEY = (
+    "SELECT"
+    + MEMORY_ROW
+    + "WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.key = $4"
+    + " AND m.valid_to IS NULL"
+)
+_BY_ID_TYPES = ("bigint", "text", "bigint", "uuid")
+_BY_KEY_TYPES = ("bigint", "text", "bigint", "text")
+# What update_memory changes, under the actor's lock: the current memory of the id.
+_TARGET = """
+SELECT id, content, metadata::text AS metadata, key, agent_id, session_id
+FROM aidb_memory.memory
+WHERE actor_key = $3 AND public_id = $4 AND namespace_id = $1 AND actor_id = $2
+  AND valid_to IS NULL
+"""
+# Another current keyless memory with the text a keyless memory is to say (one per text:
+# memory_current_hash_idx).
+_TWIN = """
+SELECT public_id::text AS public_id FROM aidb_memory.memory
+WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+  AND key IS NULL AND content_hash = $4 AND id <> $5
+"""
+# Every version of the memory, oldest first: what the change made it say (content) and what it
+# said before, its metadata after, when, by which login role, why; the event of an extraction.
+_HISTORY = """
+SELECT (row_number() OVER (ORDER BY h.id))::int AS version, h.operation,
+       h.new_content AS content, h.old_content AS previous_content, h.metadata,
+       to_json(h.at) #>> '{}' AS at, h.by_role, h.reason, e.public_id::text AS event_id
+FROM aidb_memory.memory m
+JOIN aidb_memory.memory_history h ON h.actor_key = m.actor_key AND h.memory_id = m.id
+LEFT JOIN aidb_memory.event e ON e.actor_key = h.actor_key AND e.id = h.event_id
+WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2
+ORDER BY h.id
+"""
+
+
+def _memory_id(fn: str, value: str | None) -> str:
+    """A memory's id argument (a uuid: PostgreSQL refuses any other text before the call)."""
+    if value is None:
+        raise required(fn, "id")
+    return value
+
+
+def get_memory(
+    namespace_name: str | None, actor_id: str | None, memory_id: str | None, key: str | None
+) -> list[dict[str, Any]]:
+    """The actor's memory of ``memory_id`` (current or superseded) or its current memory of
+    ``key``: one row, or none."""
+    fn = "get_memory"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    name = identifier(fn, "key", key, ns.config["max_identifier_chars"], optional=True)
+    if (memory_id is None) == (name is None):
+        raise invalid(
+            fn, "id", "or key must be given, not both", hint="address the memory by one of them"
+        )
+    ident = (ns.id, actor, keys.actor_key(ns.name, actor))
+    if name is not None:
+        return [dict(r) for r in db.execute(_BY_KEY, _BY_KEY_TYPES, (*ident, name))]
+    return [dict(r) for r in db.execute(_BY_ID, _BY_ID_TYPES, (*ident, memory_id))]
+
+
+def update_memory(
+    namespace_name: str | None,
+    actor_id: str | None,
+    memory_id: str | None,
+    content: str | None,
+    metadata: str | None,
+    reason: str | None,
+) -> list[dict[str, Any]]:
+    """Change the actor's current memory ``memory_id`` in place: its text (searchable by its new
+    words at once, its vector computed again by the worker) and/or its metadata (replaced as a
+    whole); recorded in its history with ``reason``. The memory as it is afterwards."""
+    fn = "update_memory"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
+    found = _memory_id(fn, memory_id)
+    if content is None and metadata is None:
+        raise invalid(
+            fn, "content", "and metadata are both NULL", hint="pass what the memory becomes"
+        )
+    text = None if content is None else checked_content(fn, ns, content)
+    tags = (
+        None
+        if metadata is None
+        else metadata_rules.parse(fn, "metadata", metadata, ns.config["memory_metadata_max_chars"])
+    )
+    if reason is not None and not reason.strip():
+        raise invalid(fn, "reason", "must not be empty", hint="say why, or pass NULL")
+    if reason is not None and len(reason) > ns.config["max_turn_chars"]:
+        raise invalid(fn, "reason", f"is longer than {ns.config['max_turn_chars']} characters")
+    key = keys.actor_key(ns.name, actor)
+    ident = (ns.id, actor, key)
+    target = db.execute(_TARGET, _BY_ID_TYPES, (*ident, found))
+    if not target.nrows():
+        raise _no_current(fn, actor, found)
+    row = target[0]
+    writer = reconciliation.Writer(
+        ns.id,
+        actor,
+        key,
+        agent_id=row["agent_id"],
+        session_id=row["session_id"],
+        text_search=ns.config["text_search_config"],
+    )
+    # Read again under the lock: a concurrent change may have superseded or erased it.
+    target = db.execute(_TARGET, _BY_ID_TYPES, (*ident, found))
+    if not target.nrows():
+        raise _no_current(fn, actor, found)
+    row = target[0]
+    new_text = row["content"] if text is None else text
+    new_tags = row["metadata"] if tags is None else tags
+    if row["key"] is None and new_text != row["content"]:
+        twin = db.execute(
+            _TWIN,
+            ("bigint", "text", "bigint", "text", "bigint"),
+            (*ident, extraction.content_hash(new_text), int(row["id"])),
+        )
+        if twin.nrows():
+            raise ApiError(
+                UNIQUE_VIOLATION,
+                f"aidb_memory.{fn}: actor_id {quote(actor)} already has a current memory that "
+                f"says this ({twin[0]['public_id']})",
+                hint="delete one of the two, or give the memory another text",
+            )
+    writer.replace(int(row["id"]), row["content"], new_text, new_tags, reason)
+    if new_text != row["content"] and ns.model_spec.get("embedding"):
+        eventqueue.queue_embedding(key, ns.id, actor)
+    return [dict(r) for r in db.execute(_BY_ID, _BY_ID_TYPES, (*ident, found))]
+
+
+def _no_current(fn: str, actor: str, memory_id: str) -> ApiError:
+    return ApiError(
+        UNDEFINED_OBJECT,
+        f"aidb_memory.{fn}: actor_id {quote(actor)} has no current memory {memory_id}",
+        hint="list_memories shows the actor's current memories; a superseded one is not changed",
+    )
+
+
+def memory_history(
+    namespace_name: str | None, actor_id: str | None, memory_id: str | None
+) -> list[dict[str, Any]]:
+    """Every version of the actor's memory ``memory_id``, oldest first (none: no such memory of
+    the actor; delete and forget leave no history)."""
+    fn = "memory_history"
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    found = _memory_id(fn, memory_id)
+    ident = (ns.id, actor, keys.actor_key(ns.name, actor))
+    return [dict(r) for r in db.execute(_HISTORY, _BY_ID_TYPES, (*ident, found))]

@@ -1,0 +1,291 @@
+"""Issue 34, item 4: filters on search and list_memories.
+
+What a filter selects is held against a reference written here from the documented semantics
+(filtering.py's docstring), on generated filters over memories with generated metadata: the
+database and the reference must select the same memories, every time."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import APP_USER, Database
+
+NS = "filtered"
+MISSING = object()
+# Small domains, so that generated filters select some memories and not others.
+NAMES = ["a", "b", "c.d"]
+SCALARS = [None, True, False, 0, 1, 1.0, 2.5, -3, "x", "y", "ab", "Z", ""]
+TEXTS = [None, "x", "y"]
+
+
+# --- the reference ------------------------------------------------------------------------------
+
+
+def _json_equal(x: Any, y: Any) -> bool:
+    """jsonb equality: numbers by value (1 = 1.0), booleans only with booleans."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return type(x) is type(y) and x == y
+    if isinstance(x, int | float) and isinstance(y, int | float):
+        return x == y
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_json_equal(a, b) for a, b in zip(x, y, strict=True))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_json_equal(x[k], y[k]) for k in x)
+    return type(x) is type(y) and x == y
+
+
+def _value(memory: dict[str, Any], field: str) -> tuple[str, Any]:
+    if field in ("created_at", "updated_at"):
+        return "time", memory[field]
+    if field in ("agent_id", "session_id", "key"):
+        return "text", memory[field]
+    node: Any = memory["metadata"]
+    for part in field.removeprefix("metadata.").split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "json", MISSING
+        node = node[part]
+    return "json", node
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _leaf(kind: str, x: Any, op: str, v: Any) -> bool:
+    absent = x is MISSING if kind == "json" else x is None
+    if op == "$exists":
+        return (not absent) is v
+    if op in ("$in", "$nin"):
+        found = any(_leaf(kind, x, "$eq", item) for item in v)
+        return found if op == "$in" else not found
+    if kind == "time":
+        v = datetime.fromisoformat(v)
+        v = v if v.tzinfo else v.replace(tzinfo=UTC)
+    if op in ("$eq", "$ne"):
+        if kind == "json":
+            same = not absent and _json_equal(x, v)
+        else:
+            same = x is None if v is None else (x is not None and x == v)
+        return same if op == "$eq" else not same
+    if absent:
+        return False
+    if kind == "json":
+        ok = _is_number(x) if _is_number(v) else isinstance(x, str)
+        if not ok:
+            return False
+    compare = {"$gt": x > v, "$gte": x >= v, "$lt": x < v, "$lte": x <= v}
+    return compare[op]
+
+
+def _matches(memory: dict[str, Any], f: dict[str, Any]) -> bool:
+    for name, cond in f.items():
+        if name == "$and":
+            ok = all(_matches(memory, c) for c in cond)
+        elif name == "$or":
+            ok = any(_matches(memory, c) for c in cond)
+        elif name == "$not":
+            ok = not _matches(memory, cond)
+        else:
+            kind, x = _value(memory, name)
+            ops = cond.items() if isinstance(cond, dict) and cond and all(
+                k.startswith("$") for k in cond) else [("$eq", cond)]  # fmt: skip
+            ok = all(_leaf(kind, x, op, v) for op, v in ops)
+        if not ok:
+            return False
+    return True
+
+
+# --- generated filters --------------------------------------------------------------------------
+
+_ORDERABLE = st.sampled_from([0, 1, 2.5, -3, "x", "ab", "Z", ""])
+
+
+def _condition(field: str) -> st.SearchStrategy[Any]:
+    value: st.SearchStrategy[Any]
+    if field in ("created_at", "updated_at"):
+        value = ordered = st.sampled_from(
+            ["2025-01-01T00:00:05Z", "2025-01-01T00:00:10", "2025-01-02"]
+        )
+    elif field in ("agent_id", "session_id", "key"):
+        value, ordered = st.sampled_from(TEXTS), st.sampled_from(["x", "y", "a"])
+    else:
+        value, ordered = st.sampled_from([*SCALARS, [1, 2], {"e": 1}]), _ORDERABLE
+    return st.one_of(
+        value,
+        st.dictionaries(st.sampled_from(["$eq", "$ne"]), value, min_size=1),
+        st.dictionaries(st.sampled_from(["$gt", "$gte", "$lt", "$lte"]), ordered, min_size=1),
+        st.dictionaries(st.sampled_from(["$in", "$nin"]), st.lists(value, max_size=3), min_size=1),
+        st.fixed_dictionaries({"$exists": st.booleans()}),
+    )
+
+
+_FIELDS = st.sampled_from(
+    [*NAMES, "metadata.a", "created_at", "updated_at", "agent_id", "session_id", "key"]
+)
+_LEAF = _FIELDS.flatmap(lambda f: st.fixed_dictionaries({f: _condition(f)}))
+_FILTERS = st.recursive(
+    _LEAF,
+    lambda inner: st.one_of(
+        st.fixed_dictionaries({"$and": st.lists(inner, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"$or": st.lists(inner, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"$not": inner}),
+        st.lists(inner, min_size=2, max_size=3).map(
+            lambda fs: {k: v for f in fs for k, v in f.items()}
+        ),
+    ),
+    max_leaves=6,
+)
+
+
+@pytest.fixture
+def memories(db: Database) -> tuple[Database, list[dict[str, Any]]]:
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    rng = random.Random(34)
+    for i in range(40):
+        metadata: dict[str, Any] = {}
+        for name in NAMES:
+            if rng.random() < 0.6:
+                value = rng.choice([*SCALARS, [1, 2], {"e": 1}])
+                if "." in name:
+                    head, tail = name.split(".")
+                    metadata.setdefault(head, {})[tail] = value
+                else:
+                    metadata[name] = value
+        key = rng.choice([None, None, f"k{i}"])
+        db.sql(
+            "SELECT aidb_memory.remember(%s, 'alice', %s, session_id => %s, agent_id => %s, "
+            "metadata => %s, key => %s)",
+            (NS, f"fact number {i} tea", rng.choice(TEXTS), rng.choice(TEXTS),
+             json.dumps(metadata), key),
+            user=APP_USER,
+        )  # fmt: skip
+    # Times the filters can split: one memory every second from 2025-01-01 00:00:00 UTC.
+    db.sql(
+        "UPDATE aidb_memory.memory m SET created_at = t.at, updated_at = t.at + interval '1 day' "
+        "FROM (SELECT id, timestamptz '2025-01-01 00:00:00+00' + (row_number() OVER (ORDER BY id)"
+        " - 1) * interval '1 second' AS at FROM aidb_memory.memory) t WHERE t.id = m.id"
+    )
+    out = []
+    for r in db.sql(
+        "SELECT public_id::text, metadata, created_at, updated_at, agent_id, session_id, key "
+        "FROM aidb_memory.memory ORDER BY id"
+    ):
+        out.append(dict(zip(["id", "metadata", "created_at", "updated_at", "agent_id",
+                             "session_id", "key"], r, strict=True)))  # fmt: skip
+    return db, out
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(f=_FILTERS)
+def test_list_memories_selects_what_the_reference_does(
+    memories: tuple[Database, list[dict[str, Any]]], f: dict[str, Any]
+) -> None:
+    db, rows = memories
+    want = {r["id"] for r in rows if _matches(r, f)}
+    try:
+        got = db.sql(
+            "SELECT id::text FROM aidb_memory.list_memories(%s, 'alice', \"limit\" => 1000, "
+            "filter => %s)",
+            (NS, json.dumps(f)),
+            user=APP_USER,
+        )
+    except psycopg.errors.InvalidParameterValue as e:
+        # Over the node cap (64) is the only refusal a generated filter may meet.
+        assert "conditions, the namespace limit" in str(e), (f, e)
+        return
+    assert {r[0] for r in got} == want, f
+    # search ranks among the same memories (every memory holds "tea").
+    found = db.sql(
+        "SELECT id::text FROM aidb_memory.search(%s, 'alice', 'tea', \"limit\" => 100, "
+        "filter => %s)",
+        (NS, json.dumps(f)),
+        user=APP_USER,
+    )
+    assert {r[0] for r in found} == want, f
+
+
+# --- paging (item 6) ----------------------------------------------------------------------------
+
+
+def test_list_memories_pages_through_every_memory_by_a_cursor(db: Database) -> None:
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    for i in range(25):
+        db.sql(
+            "SELECT aidb_memory.remember(%s, 'alice', %s, metadata => %s)",
+            (NS, f"fact {i}", json.dumps({"even": i % 2 == 0})),
+            user=APP_USER,
+        )
+    # Two memories of one instant: the id orders them.
+    db.sql(
+        "UPDATE aidb_memory.memory SET created_at = '2025-01-01' "
+        "WHERE content IN ('fact 3', 'fact 4')"
+    )
+
+    def page(after: str | None, f: dict[str, Any] | None = None) -> list[str]:
+        rows = db.sql(
+            "SELECT id::text FROM aidb_memory.list_memories(%s, 'alice', \"limit\" => 4, "
+            "filter => %s, after => %s)",
+            (NS, None if f is None else json.dumps(f), after),
+            user=APP_USER,
+        )
+        return [r[0] for r in rows]
+
+    for f in (None, {"even": True}):
+        text = None if f is None else json.dumps(f)
+        everything = [r[0] for r in db.sql(
+            "SELECT id::text FROM aidb_memory.list_memories(%s, 'alice', \"limit\" => 1000, "
+            "filter => %s)", (NS, text), user=APP_USER)]  # fmt: skip
+        paged: list[str] = []
+        after = None
+        while batch := page(after, f):
+            paged += batch
+            after = batch[-1]
+        assert paged == everything, f
+        assert len(paged) == (25 if f is None else 13)
+    with db.connect(APP_USER) as conn, pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+        conn.execute(
+            "SELECT * FROM aidb_memory.list_memories(%s, 'bob', after => %s)", (NS, paged[0])
+        )
+    assert str(info.value).startswith(
+        "aidb_memory.list_memories: after is not a memory of the actor"
+    )
+
+
+def test_search_offset_skips_the_best(db: Database) -> None:
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    for i in range(12):
+        db.sql(
+            "SELECT aidb_memory.remember(%s, 'alice', %s)",
+            (NS, "tea " * (i + 1) + f"number {i}"),
+            user=APP_USER,
+        )
+
+    def ids(**kwargs: Any) -> list[str]:
+        names = "".join(f', "{k}" => %({k})s' for k in kwargs)
+        return [r[0] for r in db.sql(
+            f"SELECT id::text FROM aidb_memory.search(%(ns)s, 'alice', 'tea'{names})",
+            {"ns": NS, **kwargs}, user=APP_USER)]  # fmt: skip
+
+    best = ids(limit=12)
+    assert len(best) == 12
+    assert ids(limit=5, offset=0) == best[:5]
+    assert ids(limit=5, offset=5) == best[5:10]
+    assert ids(limit=5, offset=10) == best[10:]
+    assert ids(limit=5, offset=12) == []
+    for bad in (-1, 1001):
+        with db.connect(APP_USER) as conn, pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute(
+                "SELECT * FROM aidb_memory.search(%s, 'alice', 'tea', \"offset\" => %s)", (NS, bad)
+            )
