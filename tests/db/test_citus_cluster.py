@@ -523,7 +523,7 @@ HOT_CALLS: dict[str, str] = {
     "key => 'k')",
     "get_memory": "SELECT * FROM aidb_memory.get_memory(%(ns)s, %(actor)s, key => 'k')",
     "update_memory": "SELECT * FROM aidb_memory.update_memory(%(ns)s, %(actor)s, %(memory)s, "
-    "metadata => jsonb_build_object('at', %(session)s))",
+    "metadata => jsonb_build_object('at', %(session)s::text))",
     "memory_history": "SELECT * FROM aidb_memory.memory_history(%(ns)s, %(actor)s, %(memory)s)",
     "delete": "SELECT aidb_memory.delete(%(ns)s, %(actor)s, %(selector)s::jsonb, 'test')",
     "forget": "SELECT aidb_memory.forget(%(ns)s, %(actor)s, 'test')",

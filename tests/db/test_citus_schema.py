@@ -271,8 +271,8 @@ def _expected_calls(tables: list[str] | None = None) -> list[str]:
 
 # The functions that pin generic plans, which install --citus makes plan each call.
 GENERIC_FUNCTIONS = [
-    "aidb_memory.search(text,text,text,integer,text,text,double precision[])",
-    "aidb_memory.search_py(text,text,text,integer,text,text,double precision[])",
+    "aidb_memory.search(text,text,text,integer,text,text,double precision[],jsonb,integer)",
+    "aidb_memory.search_py(text,text,text,integer,text,text,double precision[],jsonb,integer)",
     "aidb_memory.session_get(text,text,text,integer,text,integer,integer)",
     "aidb_memory.session_messages(text,text,text,integer,text,integer,integer,text)",
 ]

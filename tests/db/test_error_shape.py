@@ -85,6 +85,15 @@ CASES: dict[str, Case] = {
     "list_memories": Case(
         APP_USER, f"SELECT * FROM aidb_memory.list_memories('{NS}', 'a', \"limit\" => 0)", "22023"
     ),
+    "get_memory": Case(APP_USER, f"SELECT * FROM aidb_memory.get_memory('{NS}', 'a')", "22023"),
+    "update_memory": Case(
+        APP_USER,
+        f"SELECT * FROM aidb_memory.update_memory('{NS}', 'a', gen_random_uuid(), 'x')",
+        "42704",
+    ),
+    "memory_history": Case(
+        APP_USER, f"SELECT * FROM aidb_memory.memory_history('{NS}', 'a', NULL)", "22004"
+    ),
     "model_check": Case(ADMIN_USER, "SELECT aidb_memory.model_check('no-such-model')", "42704"),
     "namespace_drop": Case(
         ADMIN_USER, "SELECT aidb_memory.namespace_drop('no-such-ns', 'why')", "42704"
