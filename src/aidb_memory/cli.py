@@ -441,8 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="serve an actor's long-term memory to an agent over MCP (stdio)",
         description="An MCP server on stdin/stdout with the tools search_memories, remember, "
-        "list_memories and forget_memory, bound to one namespace and actor. Needs the mcp "
-        "extra: pip install 'aidb-memory[mcp]'.",
+        "list_memories, get_memory, update_memory, memory_history and forget_memory, bound to "
+        "one namespace and actor. Needs the mcp extra: pip install 'aidb-memory[mcp]'.",
     )
     p.add_argument("--namespace", required=True, help="the namespace of the memories")
     who = p.add_mutually_exclusive_group(required=True)

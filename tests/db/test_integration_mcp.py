@@ -23,7 +23,15 @@ from conftest import APP_USER, REPO, Database, run_cli
 from fake_openai import FakeOpenAI, serve
 
 NS = "mem"
-TOOLS = {"search_memories", "remember", "list_memories", "forget_memory"}
+TOOLS = {
+    "search_memories",
+    "remember",
+    "list_memories",
+    "get_memory",
+    "update_memory",
+    "memory_history",
+    "forget_memory",
+}
 
 
 @pytest.fixture
@@ -162,6 +170,46 @@ def test_remember_is_searchable_at_once_then_forgotten(
     assert _memories(db) == []
     assert db.sql("SELECT action, reason FROM aidb_memory.audit_log WHERE action = 'delete'") == [
         ("delete", "the user asked")
+    ]
+
+
+def test_metadata_filters_and_a_correction_kept_in_the_history(db: Database, ns: None) -> None:
+    async def body(client: Client) -> list[CallToolResult]:
+        seat = await client.call_tool(
+            "remember", {"fact": "I prefer window seats", "metadata": {"topic": "travel"}}
+        )
+        await client.call_tool(
+            "remember", {"fact": "I like green tea", "metadata": {"topic": "food"}}
+        )
+        assert seat.structured_content is not None
+        memory_id = seat.structured_content["memory_id"]
+        travel = await client.call_tool("list_memories", {"filter": {"topic": "travel"}})
+        found = await client.call_tool(
+            "search_memories", {"query": "tea seats", "filter": {"topic": {"$ne": "travel"}}}
+        )
+        updated = await client.call_tool(
+            "update_memory",
+            {"memory_id": memory_id, "fact": "I prefer aisle seats", "reason": "changed mind"},
+        )
+        got = await client.call_tool("get_memory", {"memory_id": memory_id})
+        history = await client.call_tool("memory_history", {"memory_id": memory_id})
+        return [travel, found, updated, got, history]
+
+    travel, found, updated, got, history = _with_client(db, body)
+    for result in (travel, found, updated, got, history):
+        assert not result.is_error, _text(result)
+        assert result.structured_content is not None
+    assert [(m["content"], m["metadata"]) for m in travel.structured_content["memories"]] == [
+        ("I prefer window seats", {"topic": "travel"})
+    ]
+    assert [m["content"] for m in found.structured_content["memories"]] == ["I like green tea"]
+    assert updated.structured_content["content"] == "I prefer aisle seats"
+    assert updated.structured_content["metadata"] == {"topic": "travel"}
+    assert got.structured_content == updated.structured_content
+    versions = history.structured_content["versions"]
+    assert [(v["version"], v["operation"], v["content"], v["reason"]) for v in versions] == [
+        (1, "add", "I prefer window seats", None),
+        (2, "update", "I prefer aisle seats", "changed mind"),
     ]
 
 

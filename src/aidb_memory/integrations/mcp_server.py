@@ -4,13 +4,19 @@ Built on the official ``mcp`` package (the ``[mcp]`` extra) and the typed client
 bound to one namespace and one actor when it starts; its tools never take either, so the model
 cannot read or erase another actor's memories. The tools:
 
-- ``search_memories(query, limit)``: the actor's current memories that best match a query;
+- ``search_memories(query, limit, filter)``: the actor's current memories that best match a
+  query;
 - ``remember(fact)``: stores the fact as one memory now (the SQL API's ``remember``: no model,
   no worker), so ``search_memories`` and ``list_memories`` show it in the same turn; it answers
   with the memory's id (for ``forget_memory``). A fact the actor already has, word for word, is
   not stored twice: the answer names the memory that holds it;
-- ``list_memories(limit)``: the actor's current memories, newest first;
+- ``list_memories(limit, filter)``: the actor's current memories, newest first;
+- ``get_memory(memory_id)``, ``update_memory(memory_id, fact, metadata, reason)`` (in place,
+  recorded in its history) and ``memory_history(memory_id)`` (every version);
 - ``forget_memory(memory_id, reason)``: delete one memory by id, audited with the reason.
+
+A memory carries its ``metadata`` (a JSON object: ``remember`` and ``update_memory`` take one);
+``search_memories`` and ``list_memories`` take a ``filter`` on it (the SQL API's filters).
 
 There is deliberately no tool that reads a session: the host owns the conversation.
 
@@ -37,17 +43,25 @@ from psycopg import conninfo
 from pydantic import BaseModel, Field
 
 from aidb_memory import __version__
-from aidb_memory.client import AidbMemoryError, AsyncMemory, MemoryRecord, SearchHit
+from aidb_memory.client import (
+    AidbMemoryError,
+    AsyncMemory,
+    MemoryRecord,
+    MemoryVersion,
+    SearchHit,
+)
 from aidb_memory.client.errors import from_psycopg
 
 __all__ = [
     "Forgotten",
     "FoundMemory",
+    "History",
     "Link",
     "Memories",
     "MemoryItem",
     "Remembered",
     "SearchResult",
+    "Version",
     "build_server",
     "serve",
 ]
@@ -64,6 +78,9 @@ class MemoryItem(BaseModel):
     id: str = Field(description="the memory's id (for forget_memory)")
     content: str = Field(description="the fact")
     created_at: str = Field(description="when it was stored (ISO 8601)")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="the memory's tags (a JSON object; {} when none)"
+    )
 
 
 class FoundMemory(MemoryItem):
@@ -91,18 +108,55 @@ class Forgotten(BaseModel):
     deleted: int = Field(description="how many memories were deleted (1)")
 
 
+class Version(BaseModel):
+    """One version of a memory."""
+
+    version: int = Field(description="1 for the first")
+    operation: str = Field(description="add, update, supersede or invalidate")
+    content: str | None = Field(description="what the memory said after the change")
+    previous_content: str | None = Field(description="what it said before")
+    at: str = Field(description="when (ISO 8601)")
+    reason: str | None = Field(description="why, when the change was given a reason")
+
+
+class History(BaseModel):
+    versions: list[Version] = Field(description="oldest first")
+
+
+_FILTER_DESCRIPTION = (
+    "only the memories whose metadata (or created_at, updated_at, agent_id, session_id, key) "
+    'match, e.g. {"category": "preference"} or {"score": {"$gte": 3}}; operators $eq $ne $gt '
+    "$gte $lt $lte $in $nin $exists, $and $or $not"
+)
+
+
 def _found(hit: SearchHit) -> FoundMemory:
     return FoundMemory(
         id=str(hit.id),
         content=hit.content,
         created_at=hit.created_at.isoformat(),
+        metadata=hit.metadata,
         score=float(hit.score),
     )
 
 
 def _item(record: MemoryRecord) -> MemoryItem:
     return MemoryItem(
-        id=str(record.id), content=record.content, created_at=record.created_at.isoformat()
+        id=str(record.id),
+        content=record.content,
+        created_at=record.created_at.isoformat(),
+        metadata=record.metadata,
+    )
+
+
+def _version(version: MemoryVersion) -> Version:
+    return Version(
+        version=version.version,
+        operation=version.operation,
+        content=version.content,
+        previous_content=version.previous_content,
+        at=version.at.isoformat(),
+        reason=version.reason,
     )
 
 
@@ -163,7 +217,7 @@ class Link:
 
 
 def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
-    """The MCP server with the four memory tools, bound to ``namespace`` and ``actor_id``."""
+    """The MCP server with the memory tools, bound to ``namespace`` and ``actor_id``."""
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         version=__version__,
@@ -187,10 +241,11 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
     async def search_memories(
         query: Annotated[str, Field(description="what to look for, in words")],
         limit: Annotated[int, Field(description="at most this many (1 to 100)")] = 10,
+        filter: Annotated[dict[str, Any] | None, Field(description=_FILTER_DESCRIPTION)] = None,
     ) -> SearchResult:
         """Search the user's long-term memories: the current facts that best match the query,
         best first."""
-        hits = await run(lambda m: m.search(namespace, actor_id, query, limit=limit))
+        hits = await run(lambda m: m.search(namespace, actor_id, query, limit=limit, filter=filter))
         return SearchResult(memories=[_found(hit) for hit in hits])
 
     @server.tool(annotations=ToolAnnotations(idempotent_hint=True, open_world_hint=False))
@@ -198,12 +253,16 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
         fact: Annotated[
             str, Field(description="the fact, in a sentence, e.g. 'I prefer window seats'")
         ],
+        metadata: Annotated[
+            dict[str, Any] | None,
+            Field(description='tags for the memory, e.g. {"category": "preference"}'),
+        ] = None,
     ) -> Remembered:
         """Remember a lasting fact about the user: it is stored as a memory at once, so
         search_memories finds it in this same conversation. The fact is kept as written (no
         model rewrites or merges it); a fact already remembered word for word is not stored
-        twice. To correct a fact, forget the old memory and remember the new one."""
-        memory_id = await run(lambda m: m.remember(namespace, actor_id, fact))
+        twice. To correct a fact, use update_memory."""
+        memory_id = await run(lambda m: m.remember(namespace, actor_id, fact, metadata=metadata))
         return Remembered(memory_id=str(memory_id))
 
     @server.tool(
@@ -211,10 +270,58 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
     )
     async def list_memories(
         limit: Annotated[int, Field(description="at most this many (1 to 1000)")] = 50,
+        filter: Annotated[dict[str, Any] | None, Field(description=_FILTER_DESCRIPTION)] = None,
     ) -> Memories:
         """List the user's current long-term memories, newest first."""
-        records = await run(lambda m: m.list_memories(namespace, actor_id, limit=limit))
+        records = await run(
+            lambda m: m.list_memories(namespace, actor_id, limit=limit, filter=filter)
+        )
         return Memories(memories=[_item(record) for record in records])
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def get_memory(
+        memory_id: Annotated[
+            str, Field(description="the memory's id, from search_memories or list_memories")
+        ],
+    ) -> MemoryItem:
+        """Read one of the user's memories by id."""
+        record = await run(lambda m: m.get_memory(namespace, actor_id, memory_id=memory_id))
+        if record is None:
+            raise ToolError(f"no memory of this user has the id {memory_id}")
+        return _item(record)
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True, open_world_hint=False))
+    async def update_memory(
+        memory_id: Annotated[
+            str, Field(description="the memory's id, from search_memories or list_memories")
+        ],
+        fact: Annotated[str | None, Field(description="what the memory says now")] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="its tags now (replacing the old ones)")
+        ] = None,
+        reason: Annotated[
+            str | None, Field(description="why, kept in its history (e.g. 'the user moved')")
+        ] = None,
+    ) -> MemoryItem:
+        """Correct one of the user's memories in place (same id): its fact and/or its tags. The
+        change is kept in the memory's history."""
+        record = await run(
+            lambda m: m.update_memory(
+                namespace, actor_id, memory_id, content=fact, metadata=metadata, reason=reason
+            ),
+            retry=False,
+        )
+        return _item(record)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def memory_history(
+        memory_id: Annotated[
+            str, Field(description="the memory's id, from search_memories or list_memories")
+        ],
+    ) -> History:
+        """Every version of one of the user's memories, oldest first: what it said, when, why."""
+        versions = await run(lambda m: m.memory_history(namespace, actor_id, memory_id))
+        return History(versions=[_version(v) for v in versions])
 
     @server.tool(
         annotations=ToolAnnotations(
