@@ -10,7 +10,8 @@ numbers. bench/README.md says what each number means.
 This file is the runner: the CLI, the servers, the order of the rows and the JSON they make. Each
 row family is a module of its own: sessions.py (a) to (d2), first_calls.py (f), chat_ahead.py
 (g), concurrency.py (h), search.py (e) on memories.py's data, worst_search.py (e2),
-search_quality.py (i), vectors.py (j) and (k); measuring.py times paths side by side, report.py
+search_quality.py (i), memory_items.py (l), (m), (n), vectors.py (j) and (k); measuring.py times
+paths side by side, report.py
 prints the full run's table and makes its JSON, common.py holds what they all share.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 import chat_ahead  # row (g), bench/chat_ahead.py
 import concurrency  # row (h), bench/concurrency.py
 import first_calls  # row (f), bench/first_calls.py
+import memory_items  # rows (l), (m), (n), bench/memory_items.py
 import psycopg
 import search  # row (e), bench/search.py
 import search_quality  # row (i), bench/search_quality.py
@@ -70,14 +72,15 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "e", "i", "worst-search", "first-call", "g", "h", "j"),
+        choices=("all", "e", "i", "items", "worst-search", "first-call", "g", "h", "j"),
         default="all",
         help="e: only (e), search against plain full text, then (i) on its memories; i: only "
         "(i), search quality on misspelled queries, on (e)'s memories; worst-search: only "
         "(e2), the worst single search of a 100,000-char query, on (e)'s memories (no peer "
         "needed); first-call: only (f), the first call on new connections; g: only (g), "
         "compaction ahead of reads; h: only (h), concurrent chat turns; j: only (j) and (k), "
-        "vector search with pgvector over 100,000 of 1,000,000 memories",
+        "vector search with pgvector over 100,000 of 1,000,000 memories; items: only (l), "
+        "(m), (n), filters, get_memory and keyed remember, on (e)'s memories",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -120,6 +123,8 @@ def main() -> int:
         return main_e(args)
     if args.only == "i":
         return main_i(args)
+    if args.only == "items":
+        return main_items(args)
     return run_all(args)
 
 
@@ -184,6 +189,8 @@ def run_all(args: argparse.Namespace) -> int:
             worst = worst_search.worst_search(dsn)
             say("bench: (i) search quality, 30 misspelled queries")
             quality = search_quality.run(dsn, NS, ACTOR, say)
+            say("bench: (l), (m), (n) filters, get_memory and keyed remember on (e)'s memories")
+            items = memory_items.run(runner, dsn, args)
             chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
     say("bench: server stopped and removed")
     # (j) and (k) last, on a server of their own, as `--only j` runs them: shared_buffers that
@@ -205,6 +212,8 @@ def run_all(args: argparse.Namespace) -> int:
     print()
     search_quality.report(quality)
     print()
+    memory_items.report(items)
+    print()
     first_calls.report_first_calls(first)
     print()
     chat_ahead.report(chat)
@@ -213,6 +222,7 @@ def run_all(args: argparse.Namespace) -> int:
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["search_quality"] = quality
+    result["memory_items"] = items
     result["first_calls"] = first
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
@@ -275,6 +285,16 @@ def main_i(args: argparse.Namespace) -> int:
         "i",
         lambda dsn: search.only_i(dsn, args),
         lambda r: search_quality.report(r["search_quality"]),
+    )
+
+
+def main_items(args: argparse.Namespace) -> int:
+    """``--only items``: (l), (m), (n) alone, on (e)'s memories."""
+    return run_alone(
+        args,
+        "items",
+        lambda dsn: memory_items.only(dsn, args),
+        lambda r: memory_items.report(r["memory_items"]),
     )
 
 

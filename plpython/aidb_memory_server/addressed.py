@@ -1,8 +1,8 @@
 """One memory addressed by its id or its key (issue 34): ``get_memory``, ``update_memory`` and
 ``memory_history``, as mem0's ``get``, ``update`` and ``history`` and LangGraph's ``get``.
 
-Each reads or changes one row found by one index probe (the actor's key and the memory's public
-id, memory_public_id_key; or its key among the actor's current memories, memory_key_idx), every
+Each reads or changes one row found by one index probe (the memory's public id and the actor's
+key, memory_public_id_key; or its key among the actor's current memories, memory_key_idx), every
 statement the actor's (keys.actor_key). A change is made under the actor's lock, by the writer
 extraction and ``remember`` use (reconciliation.Writer), so that it is ordered with them and
 recorded in memory_history (an ``update``: the text before and after, the metadata after, the
@@ -26,11 +26,16 @@ from aidb_memory_server.memories import MEMORY_ROW
 from aidb_memory_server.remembering import checked_content
 from aidb_memory_server.sessions import identifier, namespace, quote
 
-# $1 namespace, $2 actor, $3 the actor's key, $4 the memory's public id: current or not.
+# $1 namespace, $2 actor, $3 the actor's key, $4 the memory's public id: current or not. The
+# namespace and actor are tested on the row found by (public_id, actor_key), written
+# "m.namespace_id + 0" and "m.actor_id || ''" so that they are no index key: as keys they make
+# memory_actor_idx, which the generic plan costs at an average actor's few rows, look as good
+# (migration 0024 says why the id leads that index).
 _BY_ID = (
     "SELECT"
     + MEMORY_ROW
-    + "WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2"
+    + "WHERE m.actor_key = $3 AND m.public_id = $4"
+    + " AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2"
 )
 # $4 the key: the actor's current memory of it.
 _BY_KEY = (
@@ -41,11 +46,12 @@ _BY_KEY = (
 )
 _BY_ID_TYPES = ("bigint", "text", "bigint", "uuid")
 _BY_KEY_TYPES = ("bigint", "text", "bigint", "text")
-# What update_memory changes, under the actor's lock: the current memory of the id.
+# What update_memory changes, under the actor's lock: the current memory of the id (found as
+# _BY_ID finds it).
 _TARGET = """
 SELECT id, content, metadata::text AS metadata, key, agent_id, session_id
 FROM aidb_memory.memory
-WHERE actor_key = $3 AND public_id = $4 AND namespace_id = $1 AND actor_id = $2
+WHERE actor_key = $3 AND public_id = $4 AND namespace_id + 0 = $1 AND actor_id || '' = $2
   AND valid_to IS NULL
 """
 # Another current keyless memory with the text a keyless memory is to say (one per text:
@@ -57,14 +63,20 @@ WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NUL
 """
 # Every version of the memory, oldest first: what the change made it say (content) and what it
 # said before, its metadata after, when, by which login role, why; the event of an extraction.
+# The memory is found first, on its own (as _BY_ID finds it): joined with its history, a generic
+# plan would read the actor's memories on the primary key for the id.
 _HISTORY = """
+WITH target AS MATERIALIZED (
+    SELECT m.id FROM aidb_memory.memory m
+    WHERE m.actor_key = $3 AND m.public_id = $4
+      AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+)
 SELECT (row_number() OVER (ORDER BY h.id))::int AS version, h.operation,
        h.new_content AS content, h.old_content AS previous_content, h.metadata,
        to_json(h.at) #>> '{}' AS at, h.by_role, h.reason, e.public_id::text AS event_id
-FROM aidb_memory.memory m
-JOIN aidb_memory.memory_history h ON h.actor_key = m.actor_key AND h.memory_id = m.id
+FROM aidb_memory.memory_history h
 LEFT JOIN aidb_memory.event e ON e.actor_key = h.actor_key AND e.id = h.event_id
-WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2
+WHERE h.actor_key = $3 AND h.memory_id = (SELECT t.id FROM target t)
 ORDER BY h.id
 """
 

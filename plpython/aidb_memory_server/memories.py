@@ -513,10 +513,10 @@ LIMIT $6
 _LIST_TYPES = ("bigint", "text", "text", "text", "boolean", "int", "bigint")
 _AFTER = "\n  AND m.created_at <= $8 AND (m.created_at, m.id) < ($8, $9)"
 _AFTER_TYPES = ("timestamptz", "bigint")
-# The memory a cursor names: where the next page starts.
+# The memory a cursor names: where the next page starts (found as addressed._BY_ID finds it).
 _CURSOR = """
 SELECT m.created_at, m.id FROM aidb_memory.memory m
-WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id = $1 AND m.actor_id = $2
+WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
 """
 _CURSOR_TYPES = ("bigint", "text", "bigint", "uuid")
 

@@ -290,3 +290,62 @@ def test_search_and_list_memories_return_the_key(ns: Database) -> None:
     assert ns.sql(
         "SELECT id::text, key FROM aidb_memory.list_memories(%s, 'alice')", (NS,), user=APP_USER
     ) == [(memory_id, "language")]
+
+
+def _scans(conn: psycopg.Connection[Any], query: str, params: Any) -> list[dict[str, Any]]:
+    """The scan nodes on aidb_memory.memory of every statement ``query`` runs (auto_explain)."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_format = 'json'",
+        "SET auto_explain.log_level = 'notice'",
+    ):
+        conn.execute(setting)
+    conn.execute(query, params).fetchall()
+    scans = []
+    for text in notices:
+        _, sep, body = text.partition("plan:")
+        stack = [json.loads(body)["Plan"]] if sep else []
+        while stack:
+            node = stack.pop()
+            stack.extend(node.get("Plans", ()))
+            if node.get("Relation Name") == "memory" and node.get("Alias") == "m":
+                scans.append(node)
+    return scans
+
+
+def test_a_memory_is_found_by_its_id_with_one_index_probe(ns: Database) -> None:
+    """The generic plan of a read by id probes memory_public_id_key: when it was (actor_key,
+    public_id), with the namespace and actor as keys or not, the plan scanned the actor's every
+    memory on memory_actor_idx, also led by the key and smaller (bench (m), migration 0024)."""
+    # Alice has 3,000 memories; 6,000 other actors one each: the average actor has one.
+    ns.sql(
+        "INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, "
+        "content_hash, lexemes) "
+        "SELECT aidb_memory.actor_key(%s, a.actor), n.id, a.actor, 'fact ' || g, md5('f' || g), "
+        "to_tsvector('english', 'fact ' || g) "
+        "FROM aidb_memory.namespace n, generate_series(1, 9000) g, "
+        "LATERAL (SELECT CASE WHEN g <= 3000 THEN 'alice' ELSE 'u-' || g END AS actor) a "
+        "WHERE n.name = %s",
+        (NS, NS),
+    )
+    ns.sql("ANALYZE aidb_memory.memory")
+    memory_id = _remember(ns, "Keeps a diary")
+    calls = [
+        ("SELECT * FROM aidb_memory.get_memory(%s, 'alice', id => %s)", (NS, memory_id)),
+        ("SELECT * FROM aidb_memory.memory_history(%s, 'alice', %s)", (NS, memory_id)),
+        ("SELECT * FROM aidb_memory.update_memory(%s, 'alice', %s, 'x')", (NS, memory_id)),
+        ("SELECT * FROM aidb_memory.list_memories(%s, 'alice', after => %s)", (NS, memory_id)),
+    ]
+    for query, params in calls:
+        with ns.connect() as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            scans = _scans(conn, query, params)
+        probes = [s for s in scans if "public_id" in s.get("Index Cond", "")]
+        assert probes, (query, [(s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans])
+        assert all(s.get("Index Name") == "memory_public_id_key" for s in probes), query
+        assert all(s.get("Rows Removed by Filter", 0) == 0 for s in probes), query
