@@ -346,6 +346,7 @@ def test_a_memory_is_found_by_its_id_with_one_index_probe(ns: Database) -> None:
             conn.execute("SET plan_cache_mode = force_generic_plan")
             scans = _scans(conn, query, params)
         probes = [s for s in scans if "public_id" in s.get("Index Cond", "")]
-        assert probes, (query, [(s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans])
+        seen = [(s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans]
+        assert probes, (query, seen)
         assert all(s.get("Index Name") == "memory_public_id_key" for s in probes), query
         assert all(s.get("Rows Removed by Filter", 0) == 0 for s in probes), query
