@@ -72,6 +72,8 @@ def prepare(dsn: str, tree: Path, big_turns: int) -> psycopg.Connection[Any]:
         conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
     for seq in range(1, 1000, 2):
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
+    for statement in _VEC_SETUP:
+        conn.execute(statement)
     if big_turns:
         build_big(conn, big_turns)  # ends with VACUUM ANALYZE, as make bench's does
     else:
@@ -93,6 +95,8 @@ OPS = {
     "messages": "(d) session_messages 20 turns",
     "responses": "(d2) responses 20 items",
     "remember": "remember (a new memory)",
+    "search": "search, words, an actor's 600 memories",
+    "search_vec": "search, words and query_embedding (384 dimensions), the same memories",
 }
 # remember's memories: every call a new one (an exact duplicate is not stored again), of a few
 # words every memory shares and one of its own, an actor of their own.
@@ -101,6 +105,34 @@ OPS = {
 _REF_PARAMS = {"ns": NS, "actor": ACTOR, "key": KEY, "turns": A_TURNS}
 REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
 _remembered = itertools.count()
+
+
+# search's memories: an actor of a namespace with an embedding model (never called: the vector
+# is given), 600 memories with vectors, as bench-quality's actors have; queries in turn.
+VEC_NS, VEC_ACTOR, VEC_DIMS = "compare_vectors", "vera", 384
+_VEC_SETUP = [
+    "SELECT aidb_memory.create_model('compare_emb', 'openai', "
+    '\'{"model": "unused", "base_url": "http://127.0.0.1:9/v1"}\')',
+    f"SELECT aidb_memory.init('{VEC_NS}', '{{\"embedding\": \"compare_emb\"}}', "
+    "'{\"extraction\": false}')",
+    "SELECT setseed(0.34)",
+    f"""
+    INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, content_hash,
+                                    embedding, embedding_model, lexemes)
+    SELECT aidb_memory.actor_key('{VEC_NS}', '{VEC_ACTOR}'), n.id, '{VEC_ACTOR}', t.c, md5(t.c),
+           ARRAY(SELECT random() - 0.5 + 0 * g FROM generate_series(1, {VEC_DIMS}))::real[],
+           'compare_emb', to_tsvector('english', t.c)
+    FROM aidb_memory.namespace n, generate_series(1, 600) AS g,
+         LATERAL (SELECT 'Vera noted ' || (ARRAY['tea', 'trains', 'Lisbon', 'cats', 'jazz'])
+                         [1 + g % 5] || ' on day ' || g AS c) AS t
+    WHERE n.name = '{VEC_NS}'
+    """,
+]
+SEARCH_WORDS = "SELECT id FROM aidb_memory.search(%s, %s, %s)"
+SEARCH_VEC = "SELECT id FROM aidb_memory.search(%s, %s, %s, query_embedding => %s)"
+_QUESTIONS = ["tea on day", "trains to Lisbon", "cats and jazz", "day 42", "Lisbon tea"]
+_vectors = [[((i * 7 + k * 13) % 17 - 8) / 8.0 for k in range(VEC_DIMS)] for i in range(5)]
+_asked = itertools.count()
 
 
 def backend_cpu_ns(pid: int) -> int | None:
@@ -126,6 +158,13 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
         elif op == "big":
             conn.execute(GET, (NS, ACTOR, "big", 8000), prepare=True).fetchall()
+        elif op in ("search", "search_vec"):
+            i = next(_asked) % len(_QUESTIONS)
+            if op == "search":
+                conn.execute(SEARCH_WORDS, (VEC_NS, VEC_ACTOR, _QUESTIONS[i]), prepare=True)
+            else:
+                args = (VEC_NS, VEC_ACTOR, _QUESTIONS[i], _vectors[i])
+                conn.execute(SEARCH_VEC, args, prepare=True).fetchall()
         elif op == "remember":
             k = next(_remembered)
             fact = f"Rita noted item {k} of her trip: tea in Lisbon, code {k * 7919 % 100003}"
