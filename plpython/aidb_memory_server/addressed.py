@@ -41,8 +41,8 @@ _BY_ID = (
 _BY_KEY = (
     "SELECT"
     + MEMORY_ROW
-    + "WHERE m.key = $4 AND m.actor_key = $3 AND m.namespace_id + 0 = $1"
-    + " AND m.actor_id || '' = $2 AND m.valid_to IS NULL"
+    + "WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.key = $4"
+    + " AND m.valid_to IS NULL"
 )
 _BY_ID_TYPES = ("bigint", "text", "bigint", "uuid")
 _BY_KEY_TYPES = ("bigint", "text", "bigint", "text")
@@ -58,8 +58,8 @@ WHERE actor_key = $3 AND public_id = $4 AND namespace_id + 0 = $1 AND actor_id |
 # memory_current_hash_idx).
 _TWIN = """
 SELECT public_id::text AS public_id FROM aidb_memory.memory
-WHERE content_hash = $4 AND actor_key = $3 AND namespace_id + 0 = $1 AND actor_id || '' = $2
-  AND valid_to IS NULL AND key IS NULL AND id <> $5
+WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+  AND key IS NULL AND content_hash = $4 AND id <> $5
 """
 # Every version of the memory, oldest first: what the change made it say (content) and what it
 # said before, its metadata after, when, by which login role, why; the event of an extraction.

@@ -104,26 +104,23 @@ LIMIT $6
 """
 # Verbatim extraction merges only the exact duplicate (the unique index on current hashes).
 # A keyed memory (remember with a key) is the application's item, no duplicate of another: the
-# keyless ones alone are one current memory per text (memory_current_hash_idx). The namespace
-# and actor are tested on the row the hash finds ("+ 0", "|| ''": no index key), so that no
-# index led by the actor's key looks as good to a generic plan (migration 0025).
+# keyless ones alone are one current memory per text (memory_current_hash_idx).
 _SAME_EXACT = """
 SELECT id, public_id::text AS public_id, content, true AS exact
 FROM aidb_memory.memory
-WHERE content_hash = $3 AND actor_key = $4 AND namespace_id + 0 = $1 AND actor_id || '' = $2
-  AND valid_to IS NULL AND key IS NULL
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
+  AND content_hash = $3 AND key IS NULL
 LIMIT 1
 """
-# The actor's current memory of a key (memory_key_idx, found as _SAME_EXACT finds a text), and
-# whether it is already what a put asks for ($5 content, $6 metadata, compared as jsonb: 1 and
-# 1.0 alike, true and 1 not; $7 and $8 agent_id and session_id).
+# The actor's current memory of a key (memory_key_idx), and whether it is already what a put
+# asks for ($5 content, $6 metadata, compared as jsonb: 1 and 1.0 alike, true and 1 not; $7 and
+# $8 agent_id and session_id).
 _KEYED = """
 SELECT id, public_id::text AS public_id, content,
        content = $5 AND metadata = $6 AND agent_id IS NOT DISTINCT FROM $7
            AND session_id IS NOT DISTINCT FROM $8 AS unchanged
 FROM aidb_memory.memory
-WHERE key = $3 AND actor_key = $4 AND namespace_id + 0 = $1 AND actor_id || '' = $2
-  AND valid_to IS NULL
+WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL AND key = $3
 """
 _KEYED_TYPES = ("bigint", "text", "text", "bigint", "text", "jsonb", "text", "text")
 _CURRENT = """
