@@ -163,7 +163,7 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
-AS $py$ memories.list_memories $py$;
+AS $py$ listing.list_memories $py$;
 COMMENT ON FUNCTION aidb_memory.list_memories(
     text, text, text, text, integer, boolean, jsonb, uuid) IS
 'The actor''s memories, newest first: current ones, and with include_superseded also those a '

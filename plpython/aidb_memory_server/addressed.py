@@ -22,7 +22,7 @@ from aidb_memory_server.errors import (
     invalid,
     required,
 )
-from aidb_memory_server.memories import MEMORY_ROW
+from aidb_memory_server.listing import MEMORY_ROW
 from aidb_memory_server.remembering import checked_content
 from aidb_memory_server.sessions import identifier, namespace, quote
 
@@ -136,23 +136,15 @@ def update_memory(
         raise invalid(fn, "reason", f"is longer than {ns.config['max_turn_chars']} characters")
     key = keys.actor_key(ns.name, actor)
     ident = (ns.id, actor, key)
+    # The actor's lock first (the writer takes it), then the memory as it is under it: a
+    # concurrent change may have superseded or erased it.
+    writer = reconciliation.Writer(ns.id, actor, key, text_search=ns.config["text_search_config"])
     target = db.execute(_TARGET, _BY_ID_TYPES, (*ident, found))
     if not target.nrows():
         raise _no_current(fn, actor, found)
     row = target[0]
-    writer = reconciliation.Writer(
-        ns.id,
-        actor,
-        key,
-        agent_id=row["agent_id"],
-        session_id=row["session_id"],
-        text_search=ns.config["text_search_config"],
-    )
-    # Read again under the lock: a concurrent change may have superseded or erased it.
-    target = db.execute(_TARGET, _BY_ID_TYPES, (*ident, found))
-    if not target.nrows():
-        raise _no_current(fn, actor, found)
-    row = target[0]
+    # It keeps its session and agent.
+    writer.agent_id, writer.session_id = row["agent_id"], row["session_id"]
     new_text = row["content"] if text is None else text
     new_tags = row["metadata"] if tags is None else tags
     if row["key"] is None and new_text != row["content"]:

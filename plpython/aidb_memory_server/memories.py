@@ -1,5 +1,5 @@
-"""Long-term memory, the database side of the API (SPEC §5, §2): ``search``, ``list_memories``,
-``delete``, ``forget`` and ``namespace_drop``.
+"""Long-term memory, the database side of the API (SPEC §5, §2): ``search``, ``delete``,
+``forget`` and ``namespace_drop`` (``list_memories`` is listing.py's).
 
 The memories themselves are written by the extraction worker; these functions read them and
 erase them. ``search`` is one statement: three bounded candidate lists (full text, trigram,
@@ -41,8 +41,6 @@ SEARCH_DEFAULT = 10
 # search's offset: how many of the best it may skip (the candidates are bounded, CANDIDATES and
 # config.search_max_ranked; deeper pages of a listing are list_memories' with a cursor).
 SEARCH_OFFSET_MAX = 1000
-LIST_MAX = 1000
-LIST_DEFAULT = 50
 # The vector signal brings at most this many candidates, so a search costs the same for an actor
 # with a hundred memories or a hundred thousand.
 CANDIDATES = 200
@@ -76,11 +74,26 @@ def filters(
     )
 
 
-def _limit(fn: str, value: int | None, default: int, maximum: int) -> int:
+def limit_argument(fn: str, value: int | None, default: int, maximum: int) -> int:
     n = default if value is None else value
     if not 1 <= n <= maximum:
         raise invalid(fn, "limit", f"must be between 1 and {maximum}")
     return n
+
+
+def memory_filter(fn: str, ns: Namespace, text: str | None, first: int) -> Any:
+    """The ``filter`` argument compiled (filtering.Compiled, parameters from ``$first``), or None
+    for none; refused with 22023 when it is malformed or over the namespace's bounds."""
+    if text is None:
+        return None
+    return filtering.compile_filter(
+        fn,
+        "filter",
+        text,
+        first,
+        max_chars=ns.config["memory_filter_max_chars"],
+        max_nodes=ns.config["memory_filter_max_nodes"],
+    )
 
 
 # --- search ------------------------------------------------------------------------------------
@@ -435,7 +448,7 @@ def search(
     fn = "search"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
     sid, agent = filters(fn, ns, session_id, agent_id)
-    n = _limit(fn, limit, SEARCH_DEFAULT, SEARCH_MAX)
+    n = limit_argument(fn, limit, SEARCH_DEFAULT, SEARCH_MAX)
     skip = 0 if offset is None else offset
     if not 0 <= skip <= SEARCH_OFFSET_MAX:
         raise invalid(fn, "offset", f"must be between 0 and {SEARCH_OFFSET_MAX}")
@@ -480,104 +493,6 @@ def search(
             skip,
             *extra,
         ),
-    )
-    return [dict(r) for r in rows]
-
-
-# --- list_memories -----------------------------------------------------------------------------
-
-# A memory as list_memories, get_memory and update_memory return it (list_memories_result), from
-# m, the memory, and s, the one that superseded it (LEFT JOIN): what follows their SELECT.
-MEMORY_ROW = """
-       m.public_id::text AS id, m.content, m.agent_id, m.session_id,
-       to_json(m.valid_from) #>> '{}' AS valid_from, to_json(m.valid_to) #>> '{}' AS valid_to,
-       s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
-       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata, m.key
-FROM aidb_memory.memory m
-LEFT JOIN aidb_memory.memory s ON s.actor_key = m.actor_key AND s.id = m.superseded_by
-"""
-# $1 namespace, $2 actor, $3 session_id, $4 agent_id, $5 include_superseded, $6 limit, $7 the
-# actor's key; after a cursor (_AFTER in place of /*after*/), $8 and $9 its memory's created_at
-# and id (the redundant bound on created_at is what memory_actor_idx seeks to); then the filter's
-# parameters (at filtering.SLOT).
-_LIST = (
-    "SELECT"
-    + MEMORY_ROW
-    + """WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2
-  AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
-  AND ($5 OR m.valid_to IS NULL)/*after*//*filter*/
-ORDER BY m.created_at DESC, m.id DESC
-LIMIT $6
-"""
-)
-_LIST_TYPES = ("bigint", "text", "text", "text", "boolean", "int", "bigint")
-_AFTER = "\n  AND m.created_at <= $8 AND (m.created_at, m.id) < ($8, $9)"
-_AFTER_TYPES = ("timestamptz", "bigint")
-# The memory a cursor names: where the next page starts (found as addressed._BY_ID finds it).
-_CURSOR = """
-SELECT m.created_at, m.id FROM aidb_memory.memory m
-WHERE m.actor_key = $3 AND m.public_id = $4 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
-"""
-_CURSOR_TYPES = ("bigint", "text", "bigint", "uuid")
-
-
-def memory_filter(fn: str, ns: Namespace, text: str | None, first: int) -> Any:
-    """The ``filter`` argument compiled (filtering.Compiled, parameters from ``$first``), or None
-    for none; refused with 22023 when it is malformed or over the namespace's bounds."""
-    if text is None:
-        return None
-    return filtering.compile_filter(
-        fn,
-        "filter",
-        text,
-        first,
-        max_chars=ns.config["memory_filter_max_chars"],
-        max_nodes=ns.config["memory_filter_max_nodes"],
-    )
-
-
-def list_memories(
-    namespace_name: str | None,
-    actor_id: str | None,
-    session_id: str | None,
-    agent_id: str | None,
-    limit: int | None,
-    include_superseded: bool | None,
-    filter_json: str | None = None,
-    after: str | None = None,
-) -> list[dict[str, Any]]:
-    """The actor's memories, newest first; superseded ones only when asked for; those that
-    ``filter_json`` selects; after the memory ``after`` (the last of the previous page)."""
-    fn = "list_memories"
-    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
-    sid, agent = filters(fn, ns, session_id, agent_id)
-    n = _limit(fn, limit, LIST_DEFAULT, LIST_MAX)
-    # The filter is refused before anything is read.
-    first = len(_LIST_TYPES) + (len(_AFTER_TYPES) if after is not None else 0) + 1
-    condition = memory_filter(fn, ns, filter_json, first)
-    key = keys.actor_key(ns.name, actor)
-    types: tuple[str, ...] = _LIST_TYPES
-    params: tuple[Any, ...] = (ns.id, actor, sid, agent, bool(include_superseded), n, key)
-    cursor = ""
-    if after is not None:
-        found = db.execute(_CURSOR, _CURSOR_TYPES, (ns.id, actor, key, after))
-        if not found.nrows():
-            raise invalid(
-                fn,
-                "after",
-                "is not a memory of the actor",
-                hint="pass the id of the last memory of the previous page (NULL: the first page)",
-            )
-        cursor = _AFTER
-        types += _AFTER_TYPES
-        params += (found[0]["created_at"], found[0]["id"])
-    where = ""
-    if condition is not None:
-        where = f"\n  AND {condition.sql}"
-        types += condition.types
-        params += condition.params
-    rows = db.execute(
-        _LIST.replace("/*after*/", cursor).replace(filtering.SLOT, where), types, params
     )
     return [dict(r) for r in rows]
 
