@@ -50,12 +50,14 @@ COMMENT ON FUNCTION aidb_memory.search(
 'than the namespace''s.';
 
 -- A direct write (issue 26): one memory now, in the caller's transaction, without a model.
--- metadata and key (issue 34) came after 0.2's five arguments: an old signature would make a
--- call with three to five of them ambiguous.
+-- metadata and key, then expires_at and ttl_s (issue 34) came after 0.2's five arguments: an
+-- old signature would make a call with three to seven of them ambiguous.
 DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text);
 DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text);
 DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text, jsonb);
 DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text, jsonb);
+DROP FUNCTION IF EXISTS aidb_memory.remember(text, text, text, text, text, jsonb, text);
+DROP FUNCTION IF EXISTS aidb_memory.remember_py(text, text, text, text, text, jsonb, text);
 CREATE OR REPLACE FUNCTION aidb_memory.remember(
     namespace text,
     actor_id text,
@@ -63,7 +65,9 @@ CREATE OR REPLACE FUNCTION aidb_memory.remember(
     session_id text DEFAULT NULL,
     agent_id text DEFAULT NULL,
     metadata jsonb DEFAULT NULL,
-    key text DEFAULT NULL
+    key text DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    ttl_s integer DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpython3u VOLATILE SECURITY DEFINER
@@ -72,7 +76,8 @@ SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ remembering.remember $py$;
-COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text, jsonb, text) IS
+COMMENT ON FUNCTION aidb_memory.remember(
+    text, text, text, text, text, jsonb, text, timestamptz, integer) IS
 'Store content as one memory of the actor now, in the caller''s transaction, without a model; '
 'returns its id. metadata: a JSON object the memory carries (default {}), returned by search, '
 'list_memories and get_memory. key: the application''s name for the memory, unique among the '
@@ -80,30 +85,60 @@ COMMENT ON FUNCTION aidb_memory.remember(text, text, text, text, text, jsonb, te
 '(same id, content, metadata, session_id and agent_id replaced, an update in its history), and '
 'changes nothing when it already says so. Without a key, an exact duplicate of a current keyless '
 'memory of the actor (the worker''s rule: the same normalized text) stores nothing and returns '
-'that memory''s id. Searchable by words at once; where the namespace has an embedding model the '
-'worker adds its vector. Audited (memory_history) and erased by delete and forget like any '
-'memory. Errors: 22004, 22023 empty content or longer than config.memory_max_chars, metadata not '
-'an object, longer than config.memory_metadata_max_chars or nested deeper than 8, a bad key, '
+'that memory''s id (its expiry pushed back if this call''s is later). Searchable by words at '
+'once; where the namespace has an embedding model the worker adds its vector. expires_at, or '
+'ttl_s (seconds from now; get_memory''s refresh_ttl pushes it as far again): when the memory '
+'expires; neither: config.memory_ttl_s, or never. From then on no read returns it, and the '
+'worker deletes it (expire_memories). Audited (memory_history) and erased by delete and forget '
+'like any memory. Errors: 22004, 22023 empty content or longer than config.memory_max_chars, '
+'metadata not an object, longer than config.memory_metadata_max_chars or nested deeper than 8, '
+'a bad key, both expires_at and ttl_s, expires_at not in the future, ttl_s not 1..315360000, '
 '42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
 
--- One memory by its id or key (issue 34): list_memories' row.
+-- One memory by its id or key (issue 34): list_memories' row. refresh_ttl came after key; it
+-- writes (VOLATILE).
+DROP FUNCTION IF EXISTS aidb_memory.get_memory(text, text, uuid, text);
+DROP FUNCTION IF EXISTS aidb_memory.get_memory_py(text, text, uuid, text);
 CREATE OR REPLACE FUNCTION aidb_memory.get_memory(
     namespace text,
     actor_id text,
     id uuid DEFAULT NULL,
-    key text DEFAULT NULL
+    key text DEFAULT NULL,
+    refresh_ttl boolean DEFAULT false
 )
 RETURNS SETOF aidb_memory.list_memories_result
-LANGUAGE plpython3u STABLE SECURITY DEFINER
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $py$ addressed.get_memory $py$;
-COMMENT ON FUNCTION aidb_memory.get_memory(text, text, uuid, text) IS
+COMMENT ON FUNCTION aidb_memory.get_memory(text, text, uuid, text, boolean) IS
 'The actor''s memory with this id (current or superseded), or its current memory with this key '
-'(one of the two): one row with list_memories'' columns, or none. Errors: 22004, 22023 both or '
-'neither of id and key, 42704, 42501.';
+'(one of the two): one row with list_memories'' columns, or none (an expired memory is none). '
+'refresh_ttl: a memory with a time to live (remember''s ttl_s, config.memory_ttl_s) lives that '
+'long again from now. Errors: 22004, 22023 both or neither of id and key, 42704, 42501.';
+
+-- The sweep of expired memories (issue 34): the worker's (process_events calls it), an admin's,
+-- or a pg_cron job's.
+CREATE OR REPLACE FUNCTION aidb_memory.expire_memories(
+    max_memories integer DEFAULT 1000,
+    key_min bigint DEFAULT NULL,
+    key_max bigint DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ sweeping.expire_memories $py$;
+COMMENT ON FUNCTION aidb_memory.expire_memories(integer, bigint, bigint) IS
+'Workers and admins: delete up to max_memories (1..100000) expired memories of any actor, '
+'soonest expired first, with their history, each actor''s under its lock; returns how many. '
+'Audited per actor as expire (counts, reason "expired", never content or ids). With key_min and '
+'key_max (inclusive, both or neither), only actors whose actor_key is in that range. '
+'process_events calls it once a call. Errors: 22023 bad max_memories or key range.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.update_memory(
     namespace text,

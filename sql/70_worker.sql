@@ -143,6 +143,8 @@ DECLARE
     dropped pg_catalog.int4;
     task_failed pg_catalog.int4;
     task_retried pg_catalog.int4;
+    -- Expired memories the call deleted (issue 34).
+    expired pg_catalog.int4;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     processed := 0;
@@ -213,6 +215,10 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+    -- Then a batch of the sweep (after the claims, which check the key range; its deletes commit
+    -- with the call). 1000: ops/worker.py's EXPIRE_BATCH, which calls again at once after a full
+    -- batch.
+    expired := aidb_memory.expire_memories(1000, key_min, key_max);
     by_kind := pg_catalog.jsonb_build_object(
         'extraction', pg_catalog.jsonb_build_object(
             'processed', processed - summarized - dropped,
@@ -220,7 +226,8 @@ BEGIN
             'retried', retried - task_retried),
         'compaction', pg_catalog.jsonb_build_object(
             'summarized', summarized, 'dropped', dropped,
-            'failed', task_failed, 'retried', task_retried));
+            'failed', task_failed, 'retried', task_retried),
+        'expiry', pg_catalog.jsonb_build_object('expired', expired));
 END
 $$;
 COMMENT ON PROCEDURE aidb_memory.process_events(
@@ -229,9 +236,10 @@ COMMENT ON PROCEDURE aidb_memory.process_events(
 'LOCKED, with a lease of lease_s seconds; compaction tasks first), works each in its own '
 'transaction (an extraction event: extract and reconcile; a compaction task: the session''s next '
 'summary, written ahead of its reads), retries a failed one after backoff_s doubling per '
-'attempt, and marks it failed after max_attempts. Returns how many were processed (or skipped), '
-'failed and retried, and by_kind: {"extraction": {processed, failed, retried}, "compaction": '
-'{summarized, dropped, failed, retried}}. With key_min and key_max (inclusive, both or '
+'attempt, and marks it failed after max_attempts. Then it deletes up to 1000 expired memories '
+'(expire_memories). Returns how many were processed (or skipped), failed and retried, and '
+'by_kind: {"extraction": {processed, failed, retried}, "compaction": {summarized, dropped, '
+'failed, retried}, "expiry": {expired}}. With key_min and key_max (inclusive, both or '
 'neither), only events whose actor_key is in that range: workers with disjoint ranges split the '
 'queue. Safe to run from several sessions at once, and from pg_cron.';
 

@@ -29,9 +29,9 @@ TO aidb_users;
 -- The long-term-memory API (SPEC §5); dropping a namespace is for admins (SPEC §2).
 GRANT EXECUTE ON FUNCTION
     aidb_memory.search(text, text, text, integer, text, text, double precision[], jsonb, integer),
-    aidb_memory.remember(text, text, text, text, text, jsonb, text),
+    aidb_memory.remember(text, text, text, text, text, jsonb, text, timestamptz, integer),
     aidb_memory.list_memories(text, text, text, text, integer, boolean, jsonb, uuid),
-    aidb_memory.get_memory(text, text, uuid, text),
+    aidb_memory.get_memory(text, text, uuid, text, boolean),
     aidb_memory.update_memory(text, text, uuid, text, jsonb, text),
     aidb_memory.memory_history(text, text, uuid),
     aidb_memory.delete(text, text, jsonb, text, text, text),
@@ -77,8 +77,10 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.event_process(bigint, bigint, integer, real),
     aidb_memory.event_error(bigint, bigint, integer, real, text),
     aidb_memory.event_interrupted(bigint, bigint, integer, real, text),
-    aidb_memory.event_remaining()
+    aidb_memory.event_remaining(),
+    aidb_memory.expire_memories(integer, bigint, bigint)
 TO aidb_workers;
+GRANT EXECUTE ON FUNCTION aidb_memory.expire_memories(integer, bigint, bigint) TO aidb_admins;
 GRANT EXECUTE ON FUNCTION aidb_memory.status(text, text, uuid) TO aidb_users;
 -- Putting failed events back in the queue is for admins.
 GRANT EXECUTE ON FUNCTION aidb_memory.events_retry(text, text, timestamptz) TO aidb_admins;

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aidb_memory_server import db, eventqueue, extraction, keys, reconciliation
+from aidb_memory_server import db, eventqueue, expiry, extraction, keys, reconciliation
 from aidb_memory_server import metadata as metadata_rules
 from aidb_memory_server.errors import (
     UNDEFINED_OBJECT,
@@ -26,6 +26,8 @@ from aidb_memory_server.listing import MEMORY_ROW
 from aidb_memory_server.remembering import checked_content
 from aidb_memory_server.sessions import identifier, namespace, quote
 
+# An expired memory is not there for any of these (expiry.py), swept or not.
+_LIVE = "\n  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())"
 # $1 namespace, $2 actor, $3 the actor's key, $4 the memory's public id: current or not. The
 # namespace and actor are tested on the row found by (public_id, actor_key), written
 # "m.namespace_id + 0" and "m.actor_id || ''" so that they are no index key: as keys they make
@@ -36,6 +38,7 @@ _BY_ID = (
     + MEMORY_ROW
     + "WHERE m.actor_key = $3 AND m.public_id = $4"
     + " AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2"
+    + _LIVE
 )
 # $4 the key: the actor's current memory of it.
 _BY_KEY = (
@@ -43,8 +46,24 @@ _BY_KEY = (
     + MEMORY_ROW
     + "WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.key = $4"
     + " AND m.valid_to IS NULL"
+    + _LIVE
 )
 _BY_ID_TYPES = ("bigint", "text", "bigint", "uuid")
+# get_memory's refresh_ttl: the memory's expiry pushed its time to live from now (LangGraph's
+# refresh_on_read), before it is read; only a memory with a time to live that has not expired.
+# Found as _BY_ID and _BY_KEY find it. The new time is epoch arithmetic, IMMUTABLE over the
+# column: Citus refuses a STABLE expression over a column in an UPDATE's SET (now() + interval).
+_REFRESH = """
+UPDATE aidb_memory.memory m
+SET expires_at = pg_catalog.to_timestamp(pg_catalog.date_part('epoch', pg_catalog.now()) + m.ttl_s)
+WHERE m.ttl_s IS NOT NULL AND m.expires_at > statement_timestamp() AND m.actor_key = $3
+"""
+_REFRESH_BY_ID = (
+    _REFRESH + "  AND m.public_id = $4 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2"
+)
+_REFRESH_BY_KEY = (
+    _REFRESH + "  AND m.namespace_id = $1 AND m.actor_id = $2 AND m.key = $4 AND m.valid_to IS NULL"
+)
 _BY_KEY_TYPES = ("bigint", "text", "bigint", "text")
 # What update_memory changes, under the actor's lock: the current memory of the id (found as
 # _BY_ID finds it).
@@ -52,12 +71,14 @@ _TARGET = """
 SELECT id, content, metadata::text AS metadata, key, agent_id, session_id
 FROM aidb_memory.memory
 WHERE actor_key = $3 AND public_id = $4 AND namespace_id + 0 = $1 AND actor_id || '' = $2
-  AND valid_to IS NULL
+  AND valid_to IS NULL AND (expires_at IS NULL OR expires_at > statement_timestamp())
 """
 # Another current keyless memory with the text a keyless memory is to say (one per text:
-# memory_current_hash_idx).
+# memory_current_hash_idx); an expired one is deleted first (expiry.purge).
 _TWIN = """
-SELECT public_id::text AS public_id FROM aidb_memory.memory
+SELECT id, public_id::text AS public_id,
+       expires_at <= statement_timestamp() AS expired
+FROM aidb_memory.memory
 WHERE actor_key = $3 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
   AND key IS NULL AND content_hash = $4 AND id <> $5
 """
@@ -70,6 +91,7 @@ WITH target AS MATERIALIZED (
     SELECT m.id FROM aidb_memory.memory m
     WHERE m.actor_key = $3 AND m.public_id = $4
       AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
+      AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
 )
 SELECT (row_number() OVER (ORDER BY h.id))::int AS version, h.operation,
        h.new_content AS content, h.old_content AS previous_content, h.metadata,
@@ -89,12 +111,17 @@ def _memory_id(fn: str, value: str | None) -> str:
 
 
 def get_memory(
-    namespace_name: str | None, actor_id: str | None, memory_id: str | None, key: str | None
+    namespace_name: str | None,
+    actor_id: str | None,
+    memory_id: str | None,
+    key: str | None,
+    refresh_ttl: bool | None = False,
 ) -> list[dict[str, Any]]:
     """The actor's memory of ``memory_id`` (current or superseded) or its current memory of
-    ``key``: one row, or none."""
+    ``key``: one row, or none. ``refresh_ttl``: a memory with a time to live lives that long
+    again from now."""
     fn = "get_memory"
-    ns, actor = namespace(fn, namespace_name, actor_id, writing=False)
+    ns, actor = namespace(fn, namespace_name, actor_id, writing=bool(refresh_ttl))
     name = identifier(fn, "key", key, ns.config["max_identifier_chars"], optional=True)
     if (memory_id is None) == (name is None):
         raise invalid(
@@ -102,7 +129,11 @@ def get_memory(
         )
     ident = (ns.id, actor, keys.actor_key(ns.name, actor))
     if name is not None:
+        if refresh_ttl:
+            db.execute(_REFRESH_BY_KEY, _BY_KEY_TYPES, (*ident, name))
         return [dict(r) for r in db.execute(_BY_KEY, _BY_KEY_TYPES, (*ident, name))]
+    if refresh_ttl:
+        db.execute(_REFRESH_BY_ID, _BY_ID_TYPES, (*ident, memory_id))
     return [dict(r) for r in db.execute(_BY_ID, _BY_ID_TYPES, (*ident, memory_id))]
 
 
@@ -153,7 +184,9 @@ def update_memory(
             ("bigint", "text", "bigint", "text", "bigint"),
             (*ident, extraction.content_hash(new_text), int(row["id"])),
         )
-        if twin.nrows():
+        if twin.nrows() and twin[0]["expired"]:
+            expiry.purge(ns.id, ns.name, actor, key, [int(twin[0]["id"])])
+        elif twin.nrows():
             raise ApiError(
                 UNIQUE_VIOLATION,
                 f"aidb_memory.{fn}: actor_id {quote(actor)} already has a current memory that "

@@ -589,10 +589,12 @@ def _compaction_task(event: Any, limit: int, base: float) -> str:
 
 # --- embedding tasks (issue 26: remember's vectors) ----------------------------------------------
 
-# The actor's current memories without a vector, oldest first, a batch at a time.
+# The actor's current memories without a vector, oldest first, a batch at a time (an expired one
+# is not worth a model call).
 _UNEMBEDDED = """
 SELECT id, content FROM aidb_memory.memory
 WHERE actor_key = $1 AND namespace_id = $2 AND actor_id = $3 AND valid_to IS NULL
+  AND (expires_at IS NULL OR expires_at > statement_timestamp())
   AND embedding IS NULL
 ORDER BY id
 LIMIT $4

@@ -16,12 +16,14 @@ LIST_MAX = 1000
 LIST_DEFAULT = 50
 
 # A memory as list_memories, get_memory and update_memory return it (list_memories_result), from
-# m, the memory, and s, the one that superseded it (LEFT JOIN): what follows their SELECT.
+# m, the memory, and s, the one that superseded it (LEFT JOIN): what follows their SELECT. Every
+# statement that reads through it leaves expired memories out (expiry.py).
 MEMORY_ROW = """
        m.public_id::text AS id, m.content, m.agent_id, m.session_id,
        to_json(m.valid_from) #>> '{}' AS valid_from, to_json(m.valid_to) #>> '{}' AS valid_to,
        s.public_id::text AS superseded_by, to_json(m.created_at) #>> '{}' AS created_at,
-       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata, m.key
+       to_json(m.updated_at) #>> '{}' AS updated_at, m.metadata, m.key,
+       to_json(m.expires_at) #>> '{}' AS expires_at
 FROM aidb_memory.memory m
 LEFT JOIN aidb_memory.memory s ON s.actor_key = m.actor_key AND s.id = m.superseded_by
 """
@@ -34,7 +36,8 @@ _LIST = (
     + MEMORY_ROW
     + """WHERE m.actor_key = $7 AND m.namespace_id = $1 AND m.actor_id = $2
   AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
-  AND ($5 OR m.valid_to IS NULL)/*after*//*filter*/
+  AND ($5 OR m.valid_to IS NULL)
+  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())/*after*//*filter*/
 ORDER BY m.created_at DESC, m.id DESC
 LIMIT $6
 """

@@ -18,6 +18,7 @@ import plpy
 
 from aidb_memory_server import (
     db,
+    erasure,
     extensions,
     filtering,
     keys,
@@ -111,7 +112,7 @@ def memory_filter(fn: str, ns: Namespace, text: str | None, first: int) -> Any:
 # $22 how many memories holding every word are enough (ENOUGH_HOLDING_ALL times limit), $23 how
 # many of the best to skip (offset). A filter (filtering.py, its parameters from $24) is one more
 # condition of every source of candidates (filtering.SLOT): the best among the memories it selects,
-# never the best then filtered.
+# never the best then filtered. An expired memory is none of them (expiry.py), swept or not.
 #
 # BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
 # read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
@@ -165,6 +166,7 @@ WITH counts AS (
      WHERE (SELECT r.keyed FROM required r) IS NOT NULL AND $21::tsquery IS NOT NULL
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
+       AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
        AND m.lexeme_keys @> (SELECT r.keyed FROM required r)/*filter*/
        AND m.lexemes @@ $21::tsquery
@@ -174,6 +176,7 @@ WITH counts AS (
      WHERE (SELECT r.keyed FROM required r) IS NULL AND $21::tsquery IS NOT NULL
        AND m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL
+       AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
       /*filter*/
        AND m.lexeme_keys && (
@@ -193,6 +196,7 @@ WITH counts AS (
         SELECT m.id, m.created_at, m.lexemes FROM aidb_memory.memory m
         WHERE m.actor_key = $3 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
           AND m.valid_to IS NULL
+          AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
           AND m.lexeme_keys @> ARRAY[t.keyed]/*filter*/
         LIMIT (SELECT greatest($13 - count(*), 0) / $14 FROM holding_all)
@@ -209,7 +213,7 @@ WITH counts AS (
         SELECT m.id, m.created_at, m.lexemes
         FROM unnest($15::bigint[]) AS v(id)
         JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = v.id
-        WHERE true/*filter*/
+        WHERE (m.expires_at IS NULL OR m.expires_at > statement_timestamp())/*filter*/
     ) u
     WHERE $12::tsquery IS NULL OR NOT u.lexemes @@ $12::tsquery
     ORDER BY u.id
@@ -499,63 +503,13 @@ def search(
 
 # --- delete ------------------------------------------------------------------------------------
 
-# What a selector names, in one statement each: $1 namespace, $2 actor, $3 session_id,
-# $4 agent_id, $5 the selector's value, $6 namespace name, $7 subject hash, $8 reason,
-# $9 selector kind, $10 the actor's key. The deleted memories' history goes with them (ON DELETE
-# CASCADE); their text is also blanked where the history of the actor's other memories quotes it
-# (a fact that superseded or was superseded by one deleted), unless a remaining memory still
-# holds it. A remaining memory superseded by a deleted one no longer names it (superseded_by: the
-# foreign key is NO ACTION, Citus refuses SET NULL between distributed tables; migration 0015).
-_DELETE = """
-WITH d AS (
-    DELETE FROM aidb_memory.memory m
-    WHERE m.actor_key = $10 AND m.namespace_id = $1 AND m.actor_id = $2
-      AND ($3::text IS NULL OR m.session_id = $3) AND ($4::text IS NULL OR m.agent_id = $4)
-      AND {condition}
-    RETURNING m.id, m.content
-), unlink AS (
-    UPDATE aidb_memory.memory x SET superseded_by = NULL
-    WHERE x.actor_key = $10 AND x.superseded_by IN (SELECT id FROM d)
-      AND x.id NOT IN (SELECT id FROM d)
-    RETURNING 1
-), h AS (
-    SELECT count(*) AS n FROM aidb_memory.memory_history x
-    WHERE x.actor_key = $10 AND x.memory_id IN (SELECT id FROM d)
-), gone AS (
-    SELECT DISTINCT d.content FROM d
-    WHERE NOT EXISTS (
-        SELECT 1 FROM aidb_memory.memory r
-        WHERE r.actor_key = $10 AND r.namespace_id = $1 AND r.actor_id = $2
-          AND r.content = d.content
-          AND r.id NOT IN (SELECT id FROM d))
-), scrub AS (
-    UPDATE aidb_memory.memory_history x
-    SET old_content = CASE WHEN x.old_content IN (SELECT content FROM gone) THEN NULL
-                           ELSE x.old_content END,
-        new_content = CASE WHEN x.new_content IN (SELECT content FROM gone) THEN NULL
-                           ELSE x.new_content END
-    WHERE x.actor_key = $10 AND x.namespace_id = $1 AND x.actor_id = $2
-      AND x.memory_id NOT IN (SELECT id FROM d)
-      AND (x.old_content IN (SELECT content FROM gone)
-           OR x.new_content IN (SELECT content FROM gone))
-    RETURNING 1
-), a AS (
-    INSERT INTO aidb_memory.audit_log (by_role, action, namespace, subject_hash, counts, reason)
-    SELECT session_user, 'delete', $6, $7,
-           jsonb_build_object('memories', count(*), 'memory_history', (SELECT n FROM h),
-                              'selector', $9::text),
-           $8
-    FROM d HAVING count(*) > 0
-)
-SELECT count(*) AS n FROM d
-"""
 _CONDITIONS = {
     "ids": "m.public_id = ANY ($5::uuid[])",
     "all": "$5::boolean",
     "before": "m.created_at < $5::timestamptz",
 }
 _VALUE_TYPES = {"ids": "text", "all": "boolean", "before": "text"}
-_DELETES = {kind: _DELETE.format(condition=c) for kind, c in _CONDITIONS.items()}
+_DELETES = {kind: erasure.statement(c, "delete") for kind, c in _CONDITIONS.items()}
 _TIMESTAMP = "SELECT to_json($1::timestamptz) #>> '{}' AS t"
 
 
@@ -619,10 +573,7 @@ def delete(
     reconciliation.lock_actor(ns.id, actor, key)  # not while a worker reconciles this actor
     rows = db.execute(
         _DELETES[kind],
-        (
-            *("bigint", "text", "text", "text", _VALUE_TYPES[kind]),
-            *("text", "text", "text", "text", "bigint"),
-        ),
+        (*erasure.TYPES[:4], _VALUE_TYPES[kind], *erasure.TYPES[5:]),
         (
             *(ns.id, actor, sid, agent, value, ns.name, subject_hash(ns.name, actor), why),
             *(kind, key),

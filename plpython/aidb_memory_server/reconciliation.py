@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, extensions, extraction, identifiers, keys, validation
+from aidb_memory_server import (
+    db,
+    expiry,
+    extensions,
+    extraction,
+    identifiers,
+    keys,
+    validation,
+)
 from aidb_memory_server import metadata as metadata_rules
 
 NEAR_DUPLICATE = 0.8
@@ -61,11 +69,13 @@ SELECT id, public_id::text AS public_id, content FROM (
      FROM aidb_memory.memory m
      WHERE m.actor_key = $5 AND m.namespace_id + 0 = $1 AND m.actor_id || '' = $2
        AND m.valid_to IS NULL AND $3 <> '' AND m.tsv @@ to_tsquery('simple', $3)
+       AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
      ORDER BY rank DESC LIMIT $4)
     UNION ALL
     (SELECT m.id, m.public_id, m.content, 1, 0
      FROM aidb_memory.memory m
      WHERE m.actor_key = $5 AND m.namespace_id = $1 AND m.actor_id = $2 AND m.valid_to IS NULL
+       AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
      ORDER BY m.created_at DESC LIMIT $4)
 ) AS c
 GROUP BY id, public_id, content
@@ -94,8 +104,12 @@ DELETE FROM aidb_memory.actor_lock WHERE actor_key = $3 AND namespace_id = $1 AN
 """
 # The exact duplicate first, then the near ones, most similar first; the caller keeps the first
 # with the same identifiers. pg_trgm's schema goes where "@trgm@" is (extensions.trgm_sql).
+# Expired memories are no duplicates (expiry.py): an exact one is deleted, then the text stored
+# (it holds the text's place in memory_current_hash_idx); a near one is passed over. expiring:
+# whether the memory has an expiry a new statement of it may push back (_OUTLIVE).
 _SAME = """
-SELECT id, public_id::text AS public_id, content, content_hash = $3 AS exact
+SELECT id, public_id::text AS public_id, content, content_hash = $3 AS exact,
+       expires_at <= statement_timestamp() AS expired, expires_at IS NOT NULL AS expiring
 FROM aidb_memory.memory
 WHERE actor_key = $7 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
   AND (content_hash = $3 OR "@trgm@".similarity(content, $4) >= $5)
@@ -106,7 +120,8 @@ LIMIT $6
 # A keyed memory (remember with a key) is the application's item, no duplicate of another: the
 # keyless ones alone are one current memory per text (memory_current_hash_idx).
 _SAME_EXACT = """
-SELECT id, public_id::text AS public_id, content, true AS exact
+SELECT id, public_id::text AS public_id, content, true AS exact,
+       expires_at <= statement_timestamp() AS expired, expires_at IS NOT NULL AS expiring
 FROM aidb_memory.memory
 WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL
   AND content_hash = $3 AND key IS NULL
@@ -114,30 +129,60 @@ LIMIT 1
 """
 # The actor's current memory of a key (memory_key_idx), and whether it is already what a put
 # asks for ($5 content, $6 metadata, compared as jsonb: 1 and 1.0 alike, true and 1 not; $7 and
-# $8 agent_id and session_id).
+# $8 agent_id and session_id), and expires when it asks ($9 expires_at, $10 ttl_s: a time to live
+# counts from now, so a put with one always pushes the expiry back). An expired one is deleted
+# first (expiry.py).
 _KEYED = """
 SELECT id, public_id::text AS public_id, content,
        content = $5 AND metadata = $6 AND agent_id IS NOT DISTINCT FROM $7
-           AND session_id IS NOT DISTINCT FROM $8 AS unchanged
+           AND session_id IS NOT DISTINCT FROM $8 AS unchanged,
+       expires_at IS NOT DISTINCT FROM
+           coalesce($9, pg_catalog.now() + pg_catalog.make_interval(secs => $10))
+           AND ttl_s IS NOT DISTINCT FROM $10 AS same_expiry,
+       expires_at <= statement_timestamp() AS expired
 FROM aidb_memory.memory
 WHERE actor_key = $4 AND namespace_id = $1 AND actor_id = $2 AND valid_to IS NULL AND key = $3
 """
-_KEYED_TYPES = ("bigint", "text", "text", "bigint", "text", "jsonb", "text", "text")
+_KEYED_TYPES = (
+    *("bigint", "text", "text", "bigint", "text", "jsonb", "text", "text"),
+    *("timestamptz", "int"),
+)
 _CURRENT = """
-SELECT content FROM aidb_memory.memory WHERE actor_key = $2 AND id = $1 AND valid_to IS NULL
+SELECT content FROM aidb_memory.memory
+WHERE actor_key = $2 AND id = $1 AND valid_to IS NULL
+  AND (expires_at IS NULL OR expires_at > statement_timestamp())
 """
 _INSERT = """
 INSERT INTO aidb_memory.memory
     (actor_key, namespace_id, actor_id, agent_id, session_id, content, content_hash, source_event,
-     embedding, embedding_model, lexemes, metadata, key)
+     embedding, embedding_model, lexemes, metadata, key, expires_at, ttl_s)
 VALUES ($10, $1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $8 IS NOT NULL THEN $9 END,
-        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5), $12, $13)
+        pg_catalog.to_tsvector($11::pg_catalog.regconfig, $5), $12, $13,
+        coalesce($14, pg_catalog.now() + pg_catalog.make_interval(secs => $15)), $15)
 RETURNING id, public_id::text AS public_id
 """
 _INSERT_TYPES = (
     *("bigint", "text", "text", "text", "text", "text", "bigint", "real[]", "text"),
-    *("bigint", "text", "jsonb", "text"),
+    *("bigint", "text", "jsonb", "text", "timestamptz", "int"),
 )
+# A memory's expiry as a write asks for it ($3 expires_at, $4 ttl_s: at most one of them). The
+# new time is computed from the parameters alone: Citus refuses a STABLE expression (now(), a
+# timestamptz sum) over a column in an UPDATE's SET.
+_SET_EXPIRY = """
+UPDATE aidb_memory.memory
+SET expires_at = coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)),
+    ttl_s = $4
+WHERE actor_key = $1 AND id = $2
+"""
+# A text stated again outlives the expiry it had: the later of the two wins (never, when the new
+# statement has none).
+_OUTLIVE = (
+    _SET_EXPIRY
+    + """  AND (coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)) IS NULL
+       OR coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)) > expires_at)
+"""
+)
+_EXPIRY_TYPES = ("bigint", "bigint", "timestamptz", "int")
 # A memory changed in place (a put on its key, update_memory): its words at once (lexemes, and
 # tsv, generated), its vector dropped when its text changed (the worker embeds it again). $3 its
 # content, $4 its hash, $5 the text search configuration, $6 its metadata, $7 and $8 its agent_id
@@ -246,6 +291,8 @@ class Writer:
         embedding_model: str | None = None,
         text_search: str = validation.CONFIG_DEFAULTS["text_search_config"],
         metadata: str = metadata_rules.EMPTY,
+        expires_at: str | None = None,
+        ttl_s: int | None = None,
     ) -> None:
         self.ns, self.actor, self.key = namespace_id, actor_id, key
         # The namespace's text search configuration, qualified: what memory.lexemes is made with.
@@ -255,6 +302,8 @@ class Writer:
         self.embedding_model = embedding_model
         # What a new memory is tagged with unless told otherwise: the event's memory_metadata.
         self.metadata = metadata
+        # When the memories it writes expire (expiry.arguments: at most one of the two).
+        self.expires_at, self.ttl_s = expires_at, ttl_s
         lock_actor(self.ns, self.actor, self.key)
         self.out: dict[str, Any] = {
             k: (list(v) if isinstance(v, list) else v) for k, v in EMPTY_RESULT.items()
@@ -282,6 +331,7 @@ class Writer:
                 "text_search_config"
             ],
             metadata=event.get("memory_metadata") or metadata_rules.EMPTY,
+            ttl_s=validation.effective_config(json.loads(event["config"]))["memory_ttl_s"],
         )
 
     def history(
@@ -324,9 +374,24 @@ class Writer:
                 (self.ns, self.actor, digest, self.key),
             )
         for candidate in same:
+            if candidate["expired"]:
+                if candidate["exact"]:
+                    self._purge(int(candidate["id"]))
+                continue
             if candidate["exact"] or identifiers.same_identifiers(candidate["content"], text):
+                if candidate["expiring"]:
+                    self._set_expiry(_OUTLIVE, int(candidate["id"]))
                 return int(candidate["id"]), str(candidate["public_id"]), False
         return self._insert(text, digest, self.metadata if metadata is None else metadata, None)
+
+    def _set_expiry(self, statement: str, memory_id: int) -> None:
+        db.execute(statement, _EXPIRY_TYPES, (self.key, memory_id, self.expires_at, self.ttl_s))
+
+    def _purge(self, memory_id: int) -> None:
+        """Delete the actor's expired memory ``memory_id`` where it holds the place of what is
+        written now (expiry.purge)."""
+        name = db.execute(_NAMESPACE_NAME, ("bigint",), (self.ns,))[0]["name"]
+        expiry.purge(self.ns, name, self.actor, self.key, [memory_id])
 
     def _insert(
         self, text: str, digest: str, metadata: str, key: str | None
@@ -348,6 +413,8 @@ class Writer:
                 self.text_search,
                 metadata,
                 key,
+                self.expires_at,
+                self.ttl_s,
             ),
         )[0]
         self.history(int(row["id"]), "add", None, text, metadata)
@@ -356,22 +423,29 @@ class Writer:
 
     def put(self, key: str, text: str, metadata: str) -> tuple[str, bool]:
         """(public id, whether its text is new) of the actor's current memory of ``key``, which
-        says ``text`` with ``metadata`` (and this writer's agent_id and session_id) afterwards: a
-        new memory, or the one of the key changed in place (an ``update`` in its history) unless
-        it was that already (a repeated put changes nothing)."""
+        says ``text`` with ``metadata`` (and this writer's agent_id, session_id and expiry)
+        afterwards: a new memory, or the one of the key changed in place (an ``update`` in its
+        history) unless it was that already (a repeated put changes nothing but its expiry)."""
         found = db.execute(
             _KEYED,
             _KEYED_TYPES,
-            (self.ns, self.actor, key, self.key, text, metadata, self.agent_id, self.session_id),
+            (
+                *(self.ns, self.actor, key, self.key, text, metadata),
+                *(self.agent_id, self.session_id, self.expires_at, self.ttl_s),
+            ),
         )
-        if not found.nrows():
-            _, public_id, _ = self._insert(text, extraction.content_hash(text), metadata, key)
-            return public_id, True
-        row = found[0]
-        if row["unchanged"]:
-            return str(row["public_id"]), False
-        self.replace(int(row["id"]), row["content"], text, metadata, None)
-        return str(row["public_id"]), row["content"] != text
+        if found.nrows() and found[0]["expired"]:
+            self._purge(int(found[0]["id"]))
+        elif found.nrows():
+            row = found[0]
+            if not row["same_expiry"]:
+                self._set_expiry(_SET_EXPIRY, int(row["id"]))
+            if row["unchanged"]:
+                return str(row["public_id"]), False
+            self.replace(int(row["id"]), row["content"], text, metadata, None)
+            return str(row["public_id"]), row["content"] != text
+        _, public_id, _ = self._insert(text, extraction.content_hash(text), metadata, key)
+        return public_id, True
 
     def replace(
         self, memory_id: int, old: str, text: str, metadata: str, reason: str | None

@@ -13,11 +13,15 @@ a model; until then search finds the memory by its words. Every statement is the
 With a ``key`` (the application's name for the memory, issue 34) it is a put: the actor's current
 memory of that key is changed in place (same id, an ``update`` in its history), or made; no
 duplicate rule applies to it (two keys may hold one text), and a repeated put changes nothing.
+
+A memory may expire (expiry.py): at ``expires_at``, or ``ttl_s`` seconds after it is written
+(the namespace's config.memory_ttl_s when neither is given). An expired memory is as if deleted: a
+remember of its text or its key makes a new one.
 """
 
 from __future__ import annotations
 
-from aidb_memory_server import eventqueue, keys, reconciliation
+from aidb_memory_server import eventqueue, expiry, keys, reconciliation
 from aidb_memory_server import metadata as metadata_rules
 from aidb_memory_server.errors import invalid, required
 from aidb_memory_server.memories import filters
@@ -32,16 +36,21 @@ def remember(
     agent_id: str | None,
     metadata: str | None = None,
     key: str | None = None,
+    expires_at: str | None = None,
+    ttl_s: int | None = None,
 ) -> str:
     """Store ``content`` as a memory of the actor, tagged with ``metadata`` (a JSON object; NULL:
-    ``{}``), or find the current one that says the same (left as it is); its id. With ``key``:
-    the actor's memory of that key, made or changed in place."""
+    ``{}``), or find the current one that says the same (left as it is, but for an expiry this
+    call pushes back); its id. With ``key``: the actor's memory of that key, made or changed in
+    place. ``expires_at`` or ``ttl_s`` (seconds from now, refreshed by get_memory's refresh_ttl):
+    when it expires; neither: config.memory_ttl_s, or never."""
     fn = "remember"
     ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
     sid, agent = filters(fn, ns, session_id, agent_id)
     name = identifier(fn, "key", key, ns.config["max_identifier_chars"], optional=True)
     text = checked_content(fn, ns, content)
     tags = metadata_rules.parse(fn, "metadata", metadata, ns.config["memory_metadata_max_chars"])
+    until, ttl = expiry.arguments(fn, ns, expires_at, ttl_s)
     actor_key = keys.actor_key(ns.name, actor)
     writer = reconciliation.Writer(
         ns.id,
@@ -50,6 +59,8 @@ def remember(
         agent_id=agent,
         session_id=sid,
         text_search=ns.config["text_search_config"],
+        expires_at=until,
+        ttl_s=ttl,
     )
     if name is None:
         _, public_id, new = writer.store(text, near=False, metadata=tags)

@@ -61,8 +61,15 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     # conditions (filtering.py).
     "memory_filter_max_chars": 4_000,
     "memory_filter_max_nodes": 64,
+    # How long a memory lives unless remember says otherwise, in seconds (issue 34): remember's
+    # and extraction's memories expire that long after they are written (a read with refresh_ttl
+    # pushes it as far again). Absent (null): memories never expire.
+    "memory_ttl_s": None,
 }
 FALLBACK_MODELS_MAX = 100
+# The longest time to live of a memory, in seconds (ten years): remember's ttl_s and
+# config.memory_ttl_s.
+MEMORY_TTL_MAX_S = 315_360_000
 ACTOR_BINDINGS = ("none", "session_user")
 _INT_LIMITS: dict[str, tuple[int, int]] = {
     "max_turn_chars": (1, 10_000_000),
@@ -83,6 +90,7 @@ _INT_LIMITS: dict[str, tuple[int, int]] = {
     "memory_metadata_max_chars": (2, 1_000_000),
     "memory_filter_max_chars": (2, 1_000_000),
     "memory_filter_max_nodes": (1, 10_000),
+    "memory_ttl_s": (1, MEMORY_TTL_MAX_S),
 }
 EXTRACTION_MODES = ("auto", "model", "verbatim", "verbatim_all")
 

@@ -106,6 +106,7 @@ FROM (
         FROM aidb_memory.memory m
         WHERE m.actor_key = $10 AND m.namespace_id = $1 AND m.actor_id = $2
           AND m.valid_to IS NULL
+          AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
           AND m.embedding IS NOT NULL AND m.embedding_model = $4/*filter*/
         ORDER BY m.created_at DESC
         LIMIT $7
@@ -148,6 +149,7 @@ FROM (
     FROM aidb_memory.memory m
     WHERE m.actor_key = $9 AND m.namespace_id = $1 AND m.actor_id = $2
       AND m.valid_to IS NULL AND m.embedding_model = $4
+      AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
       AND "@vector@".vector_dims(m.embedding) = $7
       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
       /*filter*/
@@ -176,6 +178,7 @@ FROM (
     FROM aidb_memory.memory m
     WHERE m.actor_key = $9 AND m.namespace_id = $1 AND m.actor_id = $2
       AND m.valid_to IS NULL AND m.embedding_model = $4
+      AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
       AND "@vector@".vector_dims(m.embedding) = __dims__
       AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
       /*filter*/

@@ -257,6 +257,28 @@ def test_memories_as_the_application(node: Node, ns: str) -> None:
     assert app("SELECT * FROM aidb_memory.list_memories(%s, %s)") == []
 
 
+def test_expiry_through_the_coordinator(node: Node, ns: str) -> None:
+    """An expired memory is gone for the reads at once and the sweep (a query over every shard)
+    deletes it, audited."""
+    actor = "expiring-alice"
+    brief = node.value(
+        "SELECT aidb_memory.remember(%s, %s, 'brief tea', ttl_s => 600)", (ns, actor), user=APP_USER
+    )
+    node.value("SELECT aidb_memory.remember(%s, %s, 'lasting tea')", (ns, actor), user=APP_USER)
+    node.sql(
+        "UPDATE aidb_memory.memory SET expires_at = now() - interval '1 second' "
+        "WHERE public_id = %s",
+        (brief,),
+    )
+    found = node.sql(
+        "SELECT content FROM aidb_memory.search(%s, %s, 'tea')", (ns, actor), user=APP_USER
+    )
+    assert found == [("lasting tea",)]
+    assert node.value("SELECT aidb_memory.expire_memories(1000)", user=WORKER_USER) == 1
+    assert node.value("SELECT count(*) FROM aidb_memory.memory WHERE public_id = %s", (brief,)) == 0
+    assert node.value("SELECT count(*) FROM aidb_memory.audit_log WHERE action = 'expire'") >= 1
+
+
 def test_search_without_an_embedding_model(node: Node, ns: str) -> None:
     actor = "q-alice"
     node.sql("SELECT aidb_memory.remember(%s, %s, 'I like green tea')", (ns, actor), user=APP_USER)
@@ -522,6 +544,10 @@ HOT_CALLS: dict[str, str] = {
     "remember with a key": "SELECT aidb_memory.remember(%(ns)s, %(actor)s, %(session)s, "
     "key => 'k')",
     "get_memory": "SELECT * FROM aidb_memory.get_memory(%(ns)s, %(actor)s, key => 'k')",
+    "get_memory refreshed": "SELECT * FROM aidb_memory.get_memory(%(ns)s, %(actor)s, "
+    "key => 'k', refresh_ttl => true)",
+    "remember for a while": "SELECT aidb_memory.remember(%(ns)s, %(actor)s, %(session)s, "
+    "ttl_s => 600)",
     "update_memory": "SELECT * FROM aidb_memory.update_memory(%(ns)s, %(actor)s, %(memory)s, "
     "metadata => jsonb_build_object('at', %(session)s::text))",
     "memory_history": "SELECT * FROM aidb_memory.memory_history(%(ns)s, %(actor)s, %(memory)s)",

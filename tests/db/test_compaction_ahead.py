@@ -295,7 +295,7 @@ def test_extraction_events_keep_working_beside_tasks_and_the_cli_shows_both(
     assert result.stdout.splitlines()[-1].startswith("worker: stopped; processed 12, failed 0")
     assert result.stdout.splitlines()[-1].endswith(
         "; extraction: processed 11, failed 0, retried 0; "
-        "compaction: summarized 1, dropped 0, failed 0, retried 0"
+        "compaction: summarized 1, dropped 0, failed 0, retried 0; expiry: expired 0"
     )
     # The task was claimed first: a read is waiting for it, nobody for extraction.
     assert _purposes(db)[:3] == ["compaction", "compaction_ahead", "extraction"]

@@ -80,6 +80,7 @@ CASES: dict[str, Case] = {
     ),
     # A lock held on the queue (as by a migration) and lock_timeout: an error of our query.
     "event_remaining": Case(WORKER_USER, "SELECT aidb_memory.event_remaining()", "55P03"),
+    "expire_memories": Case(WORKER_USER, "SELECT aidb_memory.expire_memories(0)", "22023"),
     "forget": Case(APP_USER, f"SELECT aidb_memory.forget('{NS}', 'a', NULL)", "22004"),
     "init": Case(ADMIN_USER, "SELECT aidb_memory.init('other', '\"not an object\"')", "22023"),
     "list_memories": Case(

@@ -10,6 +10,7 @@ write them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -258,6 +259,29 @@ def test_the_tools_see_only_the_servers_actor(db: Database, ns: None) -> None:
     assert [m["id"] for m in listed.structured_content["memories"]] == [mine]
     assert forget.is_error
     assert db.value("SELECT count(*) FROM aidb_memory.memory WHERE actor_id = 'bob'") == 1
+
+
+def test_a_fact_remembered_for_a_while_says_when_it_will_be_forgotten(
+    db: Database, ns: None
+) -> None:
+    async def body(client: Client) -> list[CallToolResult]:
+        brief = await client.call_tool("remember", {"fact": "I am in a meeting", "ttl_s": 3600})
+        await client.call_tool("remember", {"fact": "I live in Lisbon"})
+        listed = await client.call_tool("list_memories", {})
+        refused = await client.call_tool("remember", {"fact": "I am away", "ttl_s": 0})
+        return [brief, listed, refused]
+
+    brief, listed, refused = _with_client(db, body)
+    assert not brief.is_error and not listed.is_error
+    assert listed.structured_content is not None
+    expiry = {m["content"]: m["expires_at"] for m in listed.structured_content["memories"]}
+    assert expiry["I live in Lisbon"] is None
+    left = datetime.datetime.fromisoformat(expiry["I am in a meeting"]) - datetime.datetime.now(
+        datetime.UTC
+    )
+    assert datetime.timedelta(minutes=59) < left <= datetime.timedelta(hours=1)
+    assert refused.is_error, "a time to live of 0 is refused before the call"
+    assert [content for _, _, content in _memories(db)] == ["I am in a meeting", "I live in Lisbon"]
 
 
 def test_remember_without_a_model_or_extraction_stores_the_fact(db: Database) -> None:

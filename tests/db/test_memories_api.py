@@ -775,7 +775,8 @@ def test_application_roles_cannot_drop_namespaces_or_read_memories(db: Database)
     for signature in (
         "search(text, text, text, integer, text, text, double precision[], jsonb, integer)",
         "list_memories(text, text, text, text, integer, boolean, jsonb, uuid)",
-        "get_memory(text, text, uuid, text)",
+        "get_memory(text, text, uuid, text, boolean)",
+        "remember(text, text, text, text, text, jsonb, text, timestamptz, integer)",
         "update_memory(text, text, uuid, text, jsonb, text)",
         "memory_history(text, text, uuid)",
         "delete(text, text, jsonb, text, text, text)",

@@ -215,10 +215,11 @@ def _rows(db: Database) -> dict[str, list[Any]]:
             json.dumps(r, sort_keys=True, default=str)
             # Columns later migrations add (memory.lexemes, lexeme_keys: 0018; metadata: 0021;
             # memory.key, memory_history.metadata, by_role, reason: 0022; event.memory_metadata:
-            # 0023; checked on their own below) are its own.
+            # 0023; memory.expires_at, ttl_s: 0025; checked on their own below) are its own.
             for (r,) in db.sql(
                 f"SELECT to_jsonb(t) - 'actor_key' - 'lexemes' - 'lexeme_keys' - 'metadata' "
-                f"- 'key' - 'by_role' - 'reason' - 'memory_metadata' FROM aidb_memory.{table} AS t"
+                f"- 'key' - 'by_role' - 'reason' - 'memory_metadata' - 'expires_at' - 'ttl_s' "
+                f"FROM aidb_memory.{table} AS t"
             )
         )
     return rows
@@ -249,6 +250,8 @@ def test_an_upgrade_with_data_keeps_every_row_and_every_read(
     ]
     # Nor any event metadata for its memories (migration 0023).
     assert db.sql("SELECT DISTINCT memory_metadata FROM aidb_memory.event") == [(None,)]
+    # Nor does any memory expire (migration 0025).
+    assert db.sql("SELECT DISTINCT expires_at, ttl_s FROM aidb_memory.memory") == [(None, None)]
     assert _reads(db) == reads_before
     # Every row got its actor's key; the rows of a session, the session's.
     for table in ("session", "event", "memory", "memory_word", "memory_history", "actor_lock"):

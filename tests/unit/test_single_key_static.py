@@ -453,6 +453,8 @@ SPANNING_ALLOWED_FROM = (
     "sql:events_retry",
     "sql:event_claim",
     "sql:event_remaining",
+    # The sweep of expired memories (issue 34): the worker's, by the expiry index.
+    "sql:expire_memories",
     "view:sessions",
     "view:events",
     # The rows of those two views (sql/20_namespaces.sql says why a view reads through one).

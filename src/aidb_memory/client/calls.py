@@ -9,6 +9,7 @@ statement and a Python int never picks another overload.
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -341,6 +342,8 @@ def remember(
     agent_id: str | None,
     metadata: Mapping[str, Any] | Jsonb | None = None,
     key: str | None = None,
+    expires_at: datetime.datetime | None = None,
+    ttl_s: int | None = None,
 ) -> Call[uuid.UUID]:
     return _call(
         "remember",
@@ -353,6 +356,8 @@ def remember(
             ("agent_id", "text", agent_id, False),
             ("metadata", "jsonb", metadata, False),
             ("key", "text", key, False),
+            ("expires_at", "timestamptz", expires_at, False),
+            ("ttl_s", "integer", ttl_s, False),
         ],
         _scalar,
     )
@@ -371,6 +376,7 @@ _RECORD_COLUMNS = (
     "updated_at",
     "metadata",
     "key",
+    "expires_at",
 )
 
 
@@ -411,7 +417,11 @@ def _record(rows: Rows) -> MemoryRecord | None:
 
 
 def get_memory(
-    namespace: str, actor_id: str, memory_id: uuid.UUID | str | None, key: str | None
+    namespace: str,
+    actor_id: str,
+    memory_id: uuid.UUID | str | None,
+    key: str | None,
+    refresh_ttl: bool | None = None,
 ) -> Call[MemoryRecord | None]:
     return _call(
         "get_memory",
@@ -421,6 +431,7 @@ def get_memory(
             ("actor_id", "text", actor_id, True),
             ("id", "uuid", None if memory_id is None else str(memory_id), False),
             ("key", "text", key, False),
+            ("refresh_ttl", "boolean", refresh_ttl, False),
         ],
         _record,
     )

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -281,15 +282,20 @@ class Memory:
         agent_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         key: str | None = None,
+        expires_at: datetime.datetime | None = None,
+        ttl_s: int | None = None,
     ) -> uuid.UUID:
         """Store one memory now, in this call's transaction and without a model, tagged with
         ``metadata`` (a JSON object, which search and list_memories return); its id (an exact
         duplicate of a current keyless memory of the actor stores nothing and returns that
         memory's id, so a retry is safe). ``search`` finds it at once. ``key``: the
         application's name for the memory; a put on a key the actor has changes that memory in
-        place (same id)."""
+        place (same id). ``expires_at``, or ``ttl_s`` (seconds from now): when it expires
+        (neither: the namespace's config.memory_ttl_s, or never)."""
         return self._run(
-            calls.remember(namespace, actor_id, content, session_id, agent_id, metadata, key)
+            calls.remember(
+                namespace, actor_id, content, session_id, agent_id, metadata, key, expires_at, ttl_s
+            )
         )
 
     def list_memories(
@@ -326,10 +332,12 @@ class Memory:
         *,
         memory_id: uuid.UUID | str | None = None,
         key: str | None = None,
+        refresh_ttl: bool | None = None,
     ) -> MemoryRecord | None:
         """The actor's memory with this id (current or superseded) or its current memory with
-        this key (one of the two); None when there is none."""
-        return self._run(calls.get_memory(namespace, actor_id, memory_id, key))
+        this key (one of the two); None when there is none (or it expired). ``refresh_ttl``: a
+        memory with a time to live lives that long again from now."""
+        return self._run(calls.get_memory(namespace, actor_id, memory_id, key, refresh_ttl))
 
     def update_memory(
         self,

@@ -140,6 +140,7 @@ class MemoryRecord:
     updated_at: datetime.datetime | None
     metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
     key: str | None = None  # the application's name for it (remember's key)
+    expires_at: datetime.datetime | None = None  # when it expires (None: never)
 
     @property
     def current(self) -> bool:

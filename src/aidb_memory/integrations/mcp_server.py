@@ -57,6 +57,7 @@ __all__ = [
     "FoundMemory",
     "History",
     "Link",
+    "ListedMemory",
     "Memories",
     "MemoryItem",
     "Remembered",
@@ -83,6 +84,14 @@ class MemoryItem(BaseModel):
     )
 
 
+class ListedMemory(MemoryItem):
+    """A memory as list_memories, get_memory and update_memory show it."""
+
+    expires_at: str | None = Field(
+        default=None, description="when it will be forgotten (ISO 8601); null: never"
+    )
+
+
 class FoundMemory(MemoryItem):
     """A memory that search_memories found."""
 
@@ -94,7 +103,7 @@ class SearchResult(BaseModel):
 
 
 class Memories(BaseModel):
-    memories: list[MemoryItem] = Field(description="newest first")
+    memories: list[ListedMemory] = Field(description="newest first")
 
 
 class Remembered(BaseModel):
@@ -140,12 +149,13 @@ def _found(hit: SearchHit) -> FoundMemory:
     )
 
 
-def _item(record: MemoryRecord) -> MemoryItem:
-    return MemoryItem(
+def _item(record: MemoryRecord) -> ListedMemory:
+    return ListedMemory(
         id=str(record.id),
         content=record.content,
         created_at=record.created_at.isoformat(),
         metadata=record.metadata,
+        expires_at=None if record.expires_at is None else record.expires_at.isoformat(),
     )
 
 
@@ -257,12 +267,22 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
             dict[str, Any] | None,
             Field(description='tags for the memory, e.g. {"category": "preference"}'),
         ] = None,
+        ttl_s: Annotated[
+            int | None,
+            Field(
+                description="forget it after this many seconds (e.g. 86400 for a fact that holds "
+                "for a day); omit for a lasting fact",
+                ge=1,
+            ),
+        ] = None,
     ) -> Remembered:
-        """Remember a lasting fact about the user: it is stored as a memory at once, so
-        search_memories finds it in this same conversation. The fact is kept as written (no
-        model rewrites or merges it); a fact already remembered word for word is not stored
-        twice. To correct a fact, use update_memory."""
-        memory_id = await run(lambda m: m.remember(namespace, actor_id, fact, metadata=metadata))
+        """Remember a fact about the user: it is stored as a memory at once, so search_memories
+        finds it in this same conversation. The fact is kept as written (no model rewrites or
+        merges it); a fact already remembered word for word is not stored twice. To correct a
+        fact, use update_memory; for one that holds only for a while, give ttl_s."""
+        memory_id = await run(
+            lambda m: m.remember(namespace, actor_id, fact, metadata=metadata, ttl_s=ttl_s)
+        )
         return Remembered(memory_id=str(memory_id))
 
     @server.tool(
@@ -283,7 +303,7 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
         memory_id: Annotated[
             str, Field(description="the memory's id, from search_memories or list_memories")
         ],
-    ) -> MemoryItem:
+    ) -> ListedMemory:
         """Read one of the user's memories by id."""
         record = await run(lambda m: m.get_memory(namespace, actor_id, memory_id=memory_id))
         if record is None:
@@ -302,7 +322,7 @@ def build_server(link: Link, namespace: str, actor_id: str) -> MCPServer[Any]:
         reason: Annotated[
             str | None, Field(description="why, kept in its history (e.g. 'the user moved')")
         ] = None,
-    ) -> MemoryItem:
+    ) -> ListedMemory:
         """Correct one of the user's memories in place (same id): its fact and/or its tags. The
         change is kept in the memory's history."""
         record = await run(

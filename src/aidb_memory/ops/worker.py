@@ -106,7 +106,11 @@ class Options:
 KIND_COUNTS = {
     "extraction": ("processed", "failed", "retried"),
     "compaction": ("summarized", "dropped", "failed", "retried"),
+    "expiry": ("expired",),
 }
+# The most expired memories one call of process_events deletes (sql/70_worker.sql): after a full
+# batch the worker calls again at once, as after a full batch of events.
+EXPIRE_BATCH = 1000
 
 
 @dataclass
@@ -250,10 +254,11 @@ def run(
         totals.failed += failed
         totals.retried += retried
         totals.add_kinds(by_kind)
-        if processed or failed or retried:
+        expired = _expired(by_kind)
+        if processed or failed or retried or expired:
             say(f"worker: {totals.line()}")
-        if processed + failed + retried >= options.batch:
-            continue  # maybe more queued
+        if processed + failed + retried >= options.batch or expired >= EXPIRE_BATCH:
+            continue  # maybe more queued, or more expired
         if options.once:
             break
         try:
@@ -302,6 +307,12 @@ def _pause(seconds: float, stop: Stop) -> None:
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) else 0
+
+
+def _expired(by_kind: object) -> int:
+    """The expired memories a CALL deleted (its by_kind; an older server reports none)."""
+    counts = by_kind.get("expiry") if isinstance(by_kind, dict) else None
+    return _count(counts.get("expired")) if isinstance(counts, dict) else 0
 
 
 def _wait(conn: Connection, idle_s: float, stop: Stop) -> None:
