@@ -17,17 +17,18 @@ the value, any JSON object, is the memory's metadata verbatim (bounded by the se
 ``config.memory_metadata_max_chars``, 4,000 characters of JSON by default, nested at most 8
 deep; beyond, the client's ``InvalidArgument`` says so and nothing is stored), recorded with the
 store's ``agent_id``. A put on a key the actor already has changes that memory in place (the
-same id; an ``update`` in ``memory_history``; a put of what it already holds changes nothing).
-No model and no worker is involved: ``search`` finds it at once.
+same id; an ``update`` in ``memory_history``); a put of what it already holds, equal as JSON (1
+and 1.0 alike), changes nothing. No model and no worker is involved: ``search`` finds it at
+once.
 
 - The memory's *content*, which word search (and the namespace's embedding model, if any)
   indexes, is the text of the value: the fields the store's ``index={"fields": [...]}`` or
   ``put(index=[...])`` names (paths as LangGraph's: ``"a.b"``, ``"tags[*]"``, ``"list[0].x"``;
   a string as it is, a number as text, an object as JSON), by default the whole value (``"$"``:
-  its strings, joined); a value with no such text has its JSON as content. The content is at most
-  ``config.memory_max_chars`` (1,000 by default): a longer one is a ``ValueError`` (index fewer
-  fields). ``put(index=False)``: stored as any item, but its content is its key (``-`` for a
-  blank key), so a query never finds it by its value.
+  its strings, one per line); a value with no such text has its JSON as content. The content
+  is at most ``config.memory_max_chars`` (1,000 by default): a longer one is a ``ValueError``
+  (index fewer fields). ``put(index=False)``: stored as any item, but its content is its key
+  (``-`` for a blank key), so a query never finds it by its value.
 - The aidb key of an item encodes its sub-namespace: each label and a ``.`` (labels have no
   ``.``), then ``.`` and the item's key, e.g. ``prefs..theme``. At the actor's root (no
   sub-namespace) the key is the item's key itself when it has no ``.`` and is not blank (else
@@ -75,12 +76,14 @@ condition must name the aidb namespace (without the ``namespace`` setting) and t
 their items' keys are read (1,000 a call). The SQL API cannot list actors yet (a later issue adds
 ``list_actors``): any other listing raises ``NotImplementedError``.
 
-``batch`` runs its operations in order, each one to three calls of the client (InMemoryStore
-applies a batch's puts after its reads). TTL is not supported (``supports_ttl`` is False: a
-``ttl`` is refused). Give the store exactly one of ``dsn`` (sync and async clients, each with its
-own connection), ``pool`` (a psycopg_pool ``ConnectionPool`` for the sync methods, an
-``AsyncConnectionPool`` for the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory`
-or ``AsyncMemory``).
+``batch`` runs its operations in order, each through its own calls of the client (InMemoryStore
+applies a batch's puts after its reads); an operation that is refused is refused before any of
+the batch runs. TTL is not supported (``supports_ttl`` is False: a ``ttl`` is refused, and
+``refresh_ttl`` has nothing to refresh).
+
+Give the store exactly one of ``dsn`` (sync and async clients, each with its own connection),
+``pool`` (a psycopg_pool ``ConnectionPool`` for the sync methods, an ``AsyncConnectionPool`` for
+the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory` or ``AsyncMemory``).
 """
 
 from __future__ import annotations
@@ -611,6 +614,8 @@ class AidbStore(BaseStore):
     def _list(
         self, aidb: str, actor: str, server_filter: dict[str, Any] | None, offset: int, limit: int
     ) -> Plan:
+        if limit == 0:
+            return []
         wanted = offset + limit
         records: list[MemoryRecord] = []
         after: uuid.UUID | None = None
