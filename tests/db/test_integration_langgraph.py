@@ -383,7 +383,7 @@ def test_search_without_a_query_pages_past_a_thousand(db: Database, dsn: str) ->
     client.close()
 
 
-def test_filters_are_the_servers(store: AidbStore) -> None:
+def test_langgraph_filters_select_on_the_server_or_are_refused(store: AidbStore) -> None:
     people = {
         "ana": {"age": 31, "city": "Lisbon", "pet": {"kind": "cat", "age": 3}, "tags": ["a"]},
         "bo": {"age": 25, "city": "Porto", "pet": {"kind": "dog", "age": 9}, "tags": ["a", "b"]},
