@@ -2,40 +2,84 @@
 
 Needs ``aidb-memory[langgraph]`` (langgraph).
 
-**Namespaces.** A store namespace is the tuple ``(namespace, actor_id)``: an aidb_memory
-namespace and an actor in it, e.g. ``("helpdesk", "alice")``. Every call of the SQL API is
-per actor, so every operation names both; a shorter tuple (across actors) is refused with
-``InvalidNamespaceError``, and so is a longer one.
+**Namespaces.** Every call of the SQL API is one actor's, so a store namespace names an
+aidb_memory namespace and an actor, and what else it holds is a *sub-namespace* within that
+actor. The store's ``namespace`` setting is the aidb_memory namespace (None, the default: the
+tuple's first element is), ``actor_position`` the index of the actor id in the tuple (default 1
+without ``namespace``, 0 with it). The default layout is ``(namespace, actor_id, *sub)``, e.g.
+``("helpdesk", "alice")`` or ``("helpdesk", "alice", "prefs")``; with ``namespace="helpdesk"``
+it is LangGraph's ``(user_id, *sub)``, e.g. ``(user_id, "memories")``. ``get``, ``put``,
+``delete`` and ``search`` need a tuple that reaches the actor (else ``InvalidNamespaceError``):
+a search spans one actor's sub-namespaces, never several actors.
 
-**Items are memories.** An item's ``key`` is the memory's id (a UUID, as text), its ``value``
-``{"content": text, "agent_id": ..., "session_id": ...}``, its ``created_at`` and
-``updated_at`` the memory's. Only current memories are items (a fact a later one superseded is
-not).
+**Items are memories.** ``put(ns, key, value)`` is ``remember(..., key=<key>, metadata=value)``:
+the value, any JSON object, is the memory's metadata verbatim (bounded by the server:
+``config.memory_metadata_max_chars``, 4,000 characters of JSON by default, nested at most 8
+deep; beyond, the client's ``InvalidArgument`` says so and nothing is stored), recorded with the
+store's ``agent_id``. A put on a key the actor already has changes that memory in place (the
+same id; an ``update`` in ``memory_history``); a put of what it already holds, equal as JSON (1
+and 1.0 alike), changes nothing. No model and no worker is involved: ``search`` finds it at
+once.
 
-- ``get(ns, key)``: the memory with that id among the actor's newest 1,000 current memories
-  (``list_memories`` returns at most 1,000; the SQL API has no read by id), else None.
-- ``search(ns, query=...)``: ``search`` (full text, near words, vectors when the namespace
-  embeds), best first, ``score`` in [0, 1]; ``offset + limit`` at most 100. Without a query:
-  ``list_memories``, newest first, ``score`` None; ``offset + limit`` at most 1,000.
-  ``filter`` may name ``session_id`` and ``agent_id`` (equality), which the server applies;
-  any other filter is refused (``ValueError``).
-- ``delete(ns, key)`` (and ``put`` of ``None``): ``delete`` of that id, audited with the
-  store's ``delete_reason``. A key that is not a memory's id deletes nothing.
-- ``put(ns, key, {"content": text})`` stores ``text`` as one memory now, through ``remember``
-  (no model, no worker; ``search`` finds it at once), with the store's ``agent_id``. The value
-  may also name ``agent_id`` and ``session_id`` (a string or None), so an item's value can be put
-  back as it is. The memory gets an id of its own, which is its key (``put`` returns nothing:
-  ``search`` shows it). Put is a replace: when ``key`` is the id of another of the actor's
-  memories, that memory is deleted after the new one is stored (audited with
-  ``delete_reason``), so ``put(ns, item.key, {"content": corrected})`` corrects a memory; a key
-  that is no memory's id deletes nothing. A text the actor already has, word for word, is not
-  stored twice (``remember`` answers with the existing memory), so a retried ``put`` is safe.
-  Any other value (other keys, non-text content), ``index`` and ``ttl`` are refused rather than
-  dropped. To have the extraction worker make memories of a conversation instead, ``add``
-  its turns with the client.
-- ``list_namespaces``: the SQL API lists no actors, so it answers only a prefix naming one
-  ``(namespace, actor_id)``: that namespace when the actor has memories, else nothing; any other
-  listing raises ``NotImplementedError``.
+- The memory's *content*, which word search (and the namespace's embedding model, if any)
+  indexes, is the text of the value: the fields the store's ``index={"fields": [...]}`` or
+  ``put(index=[...])`` names (paths as LangGraph's: ``"a.b"``, ``"tags[*]"``, ``"list[0].x"``;
+  a string as it is, a number as text, an object as JSON), by default the whole value (``"$"``:
+  its strings, one per line); a value with no such text has its JSON as content. The content
+  is at most ``config.memory_max_chars`` (1,000 by default): a longer one is a ``ValueError``
+  (index fewer fields). ``put(index=False)``: stored as any item, but its content is its key
+  (``-`` for a blank key), so a query never finds it by its value.
+- The aidb key of an item encodes its sub-namespace: each label and a ``.`` (labels have no
+  ``.``), then ``.`` and the item's key, e.g. ``prefs..theme``. At the actor's root (no
+  sub-namespace) the key is the item's key itself when it has no ``.`` and is not blank (else
+  ``.`` and the key), so a memory keyed through the SQL API (``remember(key => 'home_airport')``)
+  is the root item of that key and back. Keys are bounded as the server bounds them (the encoded
+  key at most ``config.max_identifier_chars``, 255 by default; no control characters). A key set
+  through the SQL API that the store would not have written (``a.b``: a ``.`` but no ``..``) is
+  read as the sub-namespace before its last ``.`` and the key after it, and ``get`` does not find
+  it under that key (it looks for ``a..b``).
+- ``get(ns, key)``: ``get_memory(key=...)``, one probe of the key's index. ``delete(ns, key)``
+  (and ``put`` of None): ``get_memory`` then ``delete`` of that id, audited with the store's
+  ``delete_reason``; a key the actor has not is nothing.
+- A memory without a key (the extraction worker's, or a keyless ``remember``) is an item of the
+  actor's root: its key is its id (as text), its value ``{**metadata, "content": text,
+  "agent_id": ..., "session_id": ...}``. ``get`` and ``delete`` of a root key that is a memory's
+  id and no key of the actor's fall back to ``get_memory(id=...)`` (a keyed or superseded memory
+  is not reached by its id), and a ``put`` on such a key stores the keyed item and then deletes
+  the keyless memory, so the key names one item.
+- ``created_at`` and ``updated_at`` are the memory's (a search with a query has only the
+  creation time: both are it).
+
+**search.** Without a query: ``list_memories``, newest first (by creation: a put in place keeps
+its place; InMemoryStore lists in insertion order, by namespace), ``score`` None, any ``offset``
+and ``limit`` (pages of 1,000 with the ``after`` cursor). With a query: ``search`` (words,
+misspellings, vectors when the namespace embeds), best first, ``score`` in [0, 1]; ``limit`` at
+most 100 and ``offset`` at most 1,000 (else ``ValueError``). A namespace prefix longer than the
+actor is a range of aidb keys (a filter on ``key``, compared by code point). ``filter`` is
+LangGraph's, applied by the server to the value (the metadata): ``{"field": value}`` (equality;
+a list is equal element by element, a nested object names nested fields:
+``{"a": {"b": 1}}`` holds when ``value["a"]["b"] == 1``), ``{"field": {"$eq" | "$ne" | "$gt" |
+"$gte" | "$lt" | "$lte": value}}``; equality to None holds where the field is absent or null,
+``$ne`` where it is absent. Compared as JSON: a number with numbers (1 equals 1.0; ``true`` is
+not 1, where Python's ``==`` says it is), order operators compare a number with numbers and a
+string with strings by code point, and are false on a value of another type or an absent one
+(InMemoryStore raises, or compares a numeric string as a number). A filter the server cannot
+express exactly is a ``ValueError`` naming it, never applied in part: another operator, a field
+name with a ``.`` or empty, a nested object that is empty or whose condition would hold where the
+field is absent (a None, a ``$ne``: "is an object" is not expressible), a nested field name that
+reads as an array index (``"0"``), a list holding an object. A keyless memory's ``content``,
+``agent_id`` and ``session_id`` are columns, not metadata: a filter does not reach them.
+
+**list_namespaces** lists one actor's sub-namespaces that hold items, as InMemoryStore lists
+(prefix and suffix conditions with ``*``, ``max_depth``, ``limit``, ``offset``, sorted): a prefix
+condition must name the aidb namespace (without the ``namespace`` setting) and the actor, and
+their items' keys are read (1,000 a call). The SQL API cannot list actors yet (a later issue adds
+``list_actors``): any other listing raises ``NotImplementedError``.
+
+``batch`` runs its operations in order, each through its own calls of the client (InMemoryStore
+applies a batch's puts after its reads); an operation that is refused is refused before any of
+the batch runs. TTL is not supported (``supports_ttl`` is False: a ``ttl`` is refused, and
+``refresh_ttl`` has nothing to refresh).
 
 Give the store exactly one of ``dsn`` (sync and async clients, each with its own connection),
 ``pool`` (a psycopg_pool ``ConnectionPool`` for the sync methods, an ``AsyncConnectionPool`` for
@@ -44,8 +88,9 @@ the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory` or ``Async
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,15 +100,17 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
+    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
+    get_text_at_path,
     validate_op_namespace,
 )
 
-from aidb_memory.client import MemoryRecord, SearchHit
+from aidb_memory.client import AidbMemoryError, InvalidArgument, MemoryRecord, SearchHit
 from aidb_memory.integrations._framework_clients import FrameworkClients
 
 if TYPE_CHECKING:
@@ -73,87 +120,322 @@ __all__ = ["AidbStore"]
 
 DEFAULT_DELETE_REASON = "deleted through the LangGraph store (AidbStore)"
 MAX_SEARCH = 100  # search's "limit"
-MAX_LIST = 1000  # list_memories' "limit"
+MAX_SEARCH_OFFSET = 1000  # search's "offset"
+MAX_LIST = 1000  # list_memories' "limit", one page
+ORDER_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
+OPERATORS = ("$eq", "$ne", *ORDER_OPERATORS)
+# What a put(index=False) item's content is when its key is blank (remember refuses a blank one).
+BLANK_KEY_CONTENT = "-"
 
 
 @dataclass
 class _Call:
-    """One call of the client and what makes its answer the op's result."""
+    """One call of the client: a method of ``Memory`` (and ``AsyncMemory``) and its arguments."""
 
     method: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
-    finish: Callable[[Any], Result] = lambda answer: None
-    then: Callable[[Any], _Call | None] | None = None
-    """The call to make next with this call's answer (its result is the op's), if any."""
 
 
-def _pair(namespace: tuple[str, ...], what: str) -> tuple[str, str]:
-    if len(namespace) != 2 or not all(isinstance(label, str) and label for label in namespace):
-        raise InvalidNamespaceError(
-            f"AidbStore: a {what} is (namespace, actor_id), not {namespace!r}; aidb_memory "
-            "reads and writes one actor's memories at a time"
-        )
-    return namespace[0], namespace[1]
+# An operation as the calls it makes: a generator that yields each call, is sent its answer (or
+# has the call's AidbMemoryError thrown into it) and returns the operation's result. Both the
+# sync and the async store run the same plans.
+Plan = Generator[_Call, Any, Result]
+
+
+# --- namespaces and keys ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a store namespace names the aidb_memory namespace and the actor."""
+
+    namespace: str | None
+    actor: int  # the actor id's index in the tuple
+
+    @property
+    def fixed(self) -> tuple[int, ...]:
+        """The tuple's positions that are no sub-namespace label."""
+        return (self.actor,) if self.namespace is not None else (0, self.actor)
+
+    @property
+    def labels_before_actor(self) -> int:
+        return self.actor - len(self.fixed) + 1
+
+    def split(self, namespace: tuple[str, ...], what: str) -> tuple[str, str, tuple[str, ...]]:
+        """(aidb_memory namespace, actor id, sub-namespace) of a store namespace."""
+        if len(namespace) <= self.actor:
+            layout = (
+                f"(namespace, actor_id, ...) with the actor at {self.actor}"
+                if self.namespace is None
+                else f"a tuple with the actor id at {self.actor}"
+            )
+            raise InvalidNamespaceError(
+                f"AidbStore: a {what} is {layout}, not {namespace!r}: aidb_memory reads and "
+                "writes one actor's memories at a time, so it must name the actor"
+            )
+        aidb = self.namespace if self.namespace is not None else namespace[0]
+        sub = tuple(label for i, label in enumerate(namespace) if i not in self.fixed)
+        return aidb, namespace[self.actor], sub
+
+    def join(self, aidb: str, actor: str, sub: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The store namespace of an actor's sub-namespace (None: too short for the layout, when
+        labels come before the actor)."""
+        before = self.labels_before_actor
+        if len(sub) < before:
+            return None
+        head = () if self.namespace is not None else (aidb,)
+        return (*head, *sub[:before], actor, *sub[before:])
+
+
+def _encode_key(sub: tuple[str, ...], key: str) -> str:
+    """The aidb key of ``key`` in sub-namespace ``sub``: each label and ``.``, then ``.`` and the
+    key. Labels are never empty and hold no ``.``, so the first ``..`` ends them: no two items
+    share an aidb key. At the root a key without ``.`` is itself (so that the SQL API and the store
+    name a memory alike); another is ``.`` and the key."""
+    if sub:
+        return "".join(f"{label}." for label in sub) + "." + key
+    return key if "." not in key and key.strip() else "." + key
+
+
+def _decode_key(stored: str) -> tuple[tuple[str, ...], str]:
+    """(sub-namespace, key) of an aidb key; the inverse of ``_encode_key``. A key the store would
+    not have written (a ``.`` but no ``..``) is the labels before its last ``.`` and the key after
+    it, which is what the key ranges of ``_key_range`` select it as."""
+    if "." not in stored:
+        return (), stored
+    if stored.startswith("."):
+        return (), stored[1:]
+    end = stored.find("..")
+    if end >= 0:
+        return tuple(stored[:end].split(".")), stored[end + 2 :]
+    *labels, key = stored.split(".")
+    return tuple(labels), key
+
+
+def _key_range(sub_prefix: tuple[str, ...]) -> dict[str, Any] | None:
+    """The filter on ``key`` that selects the items whose sub-namespace starts with
+    ``sub_prefix``: the aidb keys that start with its labels and their dots, i.e. from that text
+    to the same with its last ``.`` raised to ``/`` (by code point, as the server compares)."""
+    if not sub_prefix:
+        return None
+    low = "".join(f"{label}." for label in sub_prefix)
+    return {"key": {"$gte": low, "$lt": low[:-1] + "/"}}
 
 
 def _memory_id(key: str) -> uuid.UUID | None:
+    """The memory id a key is, if it is one as the store shows ids (canonical text)."""
     try:
-        return uuid.UUID(str(key))
+        memory_id = uuid.UUID(key)
     except ValueError:
         return None
+    return memory_id if str(memory_id) == key else None
 
 
-def _value(record: MemoryRecord | SearchHit) -> dict[str, Any]:
-    return {
-        "content": record.content,
-        "agent_id": record.agent_id,
-        "session_id": record.session_id,
-    }
+def _keyless_item(record: MemoryRecord | None) -> MemoryRecord | None:
+    """``record`` if it is an item addressed by its id: current, and without a key (a keyed
+    memory is addressed by its key)."""
+    if record is None or record.key is not None or not record.current:
+        return None
+    return record
 
 
-def _item(namespace: tuple[str, ...], record: MemoryRecord) -> Item:
-    return Item(
-        value=_value(record),
-        key=str(record.id),
-        namespace=namespace,
-        created_at=record.created_at,
-        updated_at=record.updated_at or record.created_at,
+def _item_parts(record: MemoryRecord | SearchHit) -> tuple[tuple[str, ...], str, dict[str, Any]]:
+    """(sub-namespace, key, value) of the item a memory is."""
+    if record.key is None:
+        value = {
+            **record.metadata,
+            "content": record.content,
+            "agent_id": record.agent_id,
+            "session_id": record.session_id,
+        }
+        return (), str(record.id), value
+    sub, key = _decode_key(record.key)
+    return sub, key, dict(record.metadata)
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+
+def _refuse(where: str, problem: str) -> ValueError:
+    return ValueError(
+        f"AidbStore: filter {where} {problem}; the server cannot select exactly that, and a "
+        "filter is never applied in part"
     )
 
 
-def _filters(filter: dict[str, Any] | None) -> dict[str, str]:
-    """The server-side filters of a search's ``filter``."""
-    result: dict[str, str] = {}
-    for key, wanted in (filter or {}).items():
-        value = wanted.get("$eq") if isinstance(wanted, dict) and set(wanted) == {"$eq"} else wanted
-        if key not in ("session_id", "agent_id") or not isinstance(value, str):
-            raise ValueError(
-                f"AidbStore: search filters by session_id or agent_id (a string) only, not "
-                f"{key}={wanted!r}"
-            )
-        result[key] = value
-    return result
-
-
-def _window(offset: int, limit: int, most: int, how: str) -> int:
-    if offset < 0 or limit < 1 or offset + limit > most:
-        raise ValueError(
-            f"AidbStore: {how} returns at most {most} memories: offset + limit must be 1 to "
-            f"{most}, not {offset} + {limit}"
+def _field_name(name: Any, where: str, nested: bool) -> str:
+    if not isinstance(name, str) or not name:
+        raise _refuse(where, "names a field by an empty or non-string name")
+    if name.startswith("$"):
+        raise _refuse(
+            where, f"uses {name}, which is no field; operators are {', '.join(OPERATORS)}"
         )
-    return offset + limit
+    if "." in name:
+        # The server reads a dot as a nesting of objects.
+        raise _refuse(where, "names a field with a '.'")
+    if nested:
+        try:
+            int(name)
+        except ValueError:
+            pass
+        else:
+            # The server's path reads it as an index when the value there is an array.
+            raise _refuse(where, "names a nested field by a number (an array index to the server)")
+    return name
+
+
+def _holds_where_absent(wanted: Any) -> bool:
+    """Whether LangGraph's condition ``wanted`` holds for a field that is absent."""
+    if wanted is None:
+        return True
+    if isinstance(wanted, dict) and any(str(k).startswith("$") for k in wanted):
+        return ("$eq" in wanted and wanted["$eq"] is None) or "$ne" in wanted
+    return False
+
+
+def _holds_object(value: Any) -> bool:
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, list | tuple) and any(_holds_object(v) for v in value)
+
+
+def _all(conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The conditions ANDed (there is at least one)."""
+    return conditions[0] if len(conditions) == 1 else {"$and": conditions}
+
+
+def _equals(path: str, wanted: Any) -> dict[str, Any]:
+    if wanted is None:
+        # Python's value.get(field) == None: absent, or a JSON null.
+        return {"$or": [{path: {"$exists": False}}, {path: {"$eq": None}}]}
+    return {path: {"$eq": wanted}}
+
+
+def _operator(path: str, where: str, op: Any, wanted: Any) -> dict[str, Any]:
+    if op == "$eq":
+        return _equals(path, wanted)
+    if op == "$ne":
+        if wanted is None:
+            return {path: {"$exists": True, "$ne": None}}
+        return {path: {"$ne": wanted}}
+    if op in ORDER_OPERATORS:
+        if isinstance(wanted, bool) or not isinstance(wanted, int | float | str):
+            raise _refuse(f"{where}.{op}", f"orders by {wanted!r}: a number or a string only")
+        return {path: {op: wanted}}
+    raise _refuse(f"{where}.{op}", f"is not one of LangGraph's operators ({', '.join(OPERATORS)})")
+
+
+def _condition(parts: list[str], wanted: Any) -> dict[str, Any]:
+    """The server's filter for LangGraph's condition ``wanted`` on the value's field at
+    ``parts`` (InMemoryStore's _compare_values), on the metadata path ``metadata.<parts>``."""
+    path = "metadata." + ".".join(parts)
+    where = ".".join(parts)
+    if isinstance(wanted, dict):
+        if any(isinstance(k, str) and k.startswith("$") for k in wanted):
+            return _all([_operator(path, where, op, v) for op, v in wanted.items()])
+        if not wanted:
+            raise _refuse(where, "is {} (the field is an object), which has no server condition")
+        conditions = []
+        for name, nested in wanted.items():
+            inner = f"{where}.{name}"
+            _field_name(name, inner, nested=True)
+            if _holds_where_absent(nested):
+                # It would also select a value whose field is no object at all.
+                raise _refuse(inner, "holds where the field is absent, inside a nested object")
+            conditions.append(_condition([*parts, name], nested))
+        return _all(conditions)
+    if isinstance(wanted, list | tuple):
+        if _holds_object(wanted):
+            # InMemoryStore compares an object in a list as a nested condition, not as equal.
+            raise _refuse(where, "is a list holding an object")
+        return {path: {"$eq": list(wanted)}}
+    if wanted is None or isinstance(wanted, str | int | float | bool):
+        return _equals(path, wanted)
+    raise _refuse(where, f"compares with {type(wanted).__name__}, which is no JSON value")
+
+
+def _translate_filter(filter: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """LangGraph's ``filter`` as the server's conditions on the metadata (ANDed)."""
+    conditions = []
+    for name, wanted in (filter or {}).items():
+        conditions.append(_condition([_field_name(name, str(name), nested=False)], wanted))
+    try:
+        json.dumps(conditions, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"AidbStore: filter is not JSON: {error}") from error
+    return conditions
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings of a JSON value, depth first."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [text for v in value.values() for text in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [text for v in value for text in _strings(v)]
+    return []
+
+
+def _content(value: dict[str, Any], fields: Sequence[str]) -> str:
+    """The text of ``value`` that the memory's content is: the named fields' (``$``: the whole
+    value's strings), or its JSON when they have none."""
+    texts: list[str] = []
+    for path in fields:
+        texts += _strings(value) if path == "$" else get_text_at_path(value, path)
+    text = "\n".join(t for t in texts if t.strip())
+    return text if text else json.dumps(value, ensure_ascii=False)
+
+
+def _index_fields(index: Mapping[str, Any] | None) -> tuple[str, ...]:
+    if index is None:
+        return ("$",)
+    unknown = set(index) - {"fields"}
+    if unknown:
+        raise ValueError(
+            f"AidbStore: index takes 'fields' only, not {sorted(unknown)}: the namespace's "
+            "embedding model (model_spec.embedding) embeds the memories, not the store"
+        )
+    fields = index.get("fields") or ["$"]
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise ValueError(f"AidbStore: index['fields'] is a list of paths, not {fields!r}")
+    return tuple(fields)
+
+
+# --- namespace listing ------------------------------------------------------------------------
+
+
+def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    """InMemoryStore's match of a namespace by a prefix or suffix condition (``*``: any label)."""
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise ValueError(f"AidbStore: unknown match type {condition.match_type!r}")
+    return all(want == "*" or have == want for have, want in pairs)
 
 
 class AidbStore(BaseStore):
     """A LangGraph ``BaseStore`` whose items are aidb_memory's long-term memories; the module
     docstring says how each operation maps to the SQL API, and what it does not honour.
 
-    ``agent_id`` is recorded on the memories ``put`` stores (unless the value names one);
-    ``delete_reason`` is the audited reason of every delete (and of a memory a ``put`` replaced).
+    ``namespace`` and ``actor_position``: where a store namespace names the aidb_memory
+    namespace and the actor (the module docstring); ``index``: ``{"fields": [paths]}``, what of a
+    value its memory's content is (default the whole value); ``agent_id`` is recorded on the
+    memories ``put`` stores; ``delete_reason`` is the audited reason of every delete.
     """
 
-    __slots__ = ("_clients", "agent_id", "delete_reason")
+    __slots__ = ("_clients", "_fields", "_layout", "agent_id", "delete_reason")
+
+    supports_ttl: bool = False
 
     def __init__(
         self,
@@ -163,18 +445,37 @@ class AidbStore(BaseStore):
         memory: Memory | AsyncMemory | None = None,
         agent_id: str | None = None,
         delete_reason: str = DEFAULT_DELETE_REASON,
+        namespace: str | None = None,
+        actor_position: int | None = None,
+        index: Mapping[str, Any] | None = None,
     ) -> None:
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise ValueError(f"AidbStore: namespace is a namespace's name, not {namespace!r}")
+        if actor_position is None:
+            actor_position = 1 if namespace is None else 0
+        lowest = 1 if namespace is None else 0
+        if isinstance(actor_position, bool) or not isinstance(actor_position, int):
+            raise TypeError(f"AidbStore: actor_position is an int, not {actor_position!r}")
+        if actor_position < lowest:
+            raise ValueError(
+                f"AidbStore: actor_position is at least {lowest}"
+                + (" (the tuple's first element is the namespace)" if namespace is None else "")
+                + f", not {actor_position}"
+            )
+        self._fields = _index_fields(index)
+        self._layout = _Layout(namespace, actor_position)
         self._clients = FrameworkClients("AidbStore", dsn=dsn, pool=pool, memory=memory)
         self.agent_id = agent_id
         self.delete_reason = delete_reason
 
-    # --- the operations as calls of the client ----------------------------------------------
+    # --- the operations as plans of client calls ---------------------------------------------
 
-    def _plan(self, op: Op) -> _Call | None:
-        """The client call that answers ``op`` (None: the answer is None without a call)."""
+    def _plan(self, op: Op) -> Plan:
+        """The calls that answer ``op``; what is refused is refused here, before any call."""
         validate_op_namespace(op)
         if isinstance(op, GetOp):
-            return self._plan_get(op)
+            aidb, actor, sub = self._layout.split(op.namespace, "namespace")
+            return self._get(op.namespace, aidb, actor, sub, op.key)
         if isinstance(op, SearchOp):
             return self._plan_search(op)
         if isinstance(op, PutOp):
@@ -183,134 +484,259 @@ class AidbStore(BaseStore):
             return self._plan_list_namespaces(op)
         raise TypeError(f"AidbStore: unknown operation {type(op).__name__}")
 
-    def _plan_get(self, op: GetOp) -> _Call | None:
-        namespace, actor = _pair(op.namespace, "namespace")
-        wanted = _memory_id(op.key)
-        if wanted is None:
+    def _find(
+        self, aidb: str, actor: str, sub: tuple[str, ...], key: str
+    ) -> Generator[_Call, Any, MemoryRecord | None]:
+        """The memory that is the item (sub, key): by its key, or at the root by its id."""
+        record: MemoryRecord | None = yield _Call(
+            "get_memory", (aidb, actor), {"key": _encode_key(sub, key)}
+        )
+        if record is None and not sub and (memory_id := _memory_id(key)) is not None:
+            record = _keyless_item(
+                (yield _Call("get_memory", (aidb, actor), {"memory_id": memory_id}))
+            )
+        return record
+
+    def _get(
+        self, namespace: tuple[str, ...], aidb: str, actor: str, sub: tuple[str, ...], key: str
+    ) -> Plan:
+        record = yield from self._find(aidb, actor, sub, key)
+        if record is None:
             return None
-
-        def finish(records: list[MemoryRecord]) -> Item | None:
-            for record in records:
-                if record.id == wanted:
-                    return _item(op.namespace, record)
-            return None
-
-        return _Call("list_memories", (namespace, actor), {"limit": MAX_LIST}, finish)
-
-    def _plan_search(self, op: SearchOp) -> _Call:
-        namespace, actor = _pair(op.namespace_prefix, "namespace prefix")
-        filters = _filters(op.filter)
-        prefix = op.namespace_prefix
-        if op.query:
-            count = _window(op.offset, op.limit, MAX_SEARCH, "search with a query")
-
-            def hits(found: list[SearchHit]) -> list[SearchItem]:
-                return [
-                    SearchItem(
-                        prefix, str(h.id), _value(h), h.created_at, h.created_at, score=h.score
-                    )
-                    for h in found[op.offset :]
-                ]
-
-            return _Call("search", (namespace, actor, op.query), {"limit": count, **filters}, hits)
-        count = _window(op.offset, op.limit, MAX_LIST, "search without a query")
-
-        def listed(records: list[MemoryRecord]) -> list[SearchItem]:
-            return [
-                SearchItem(
-                    prefix,
-                    str(r.id),
-                    _value(r),
-                    r.created_at,
-                    r.updated_at or r.created_at,
-                    score=None,
-                )
-                for r in records[op.offset :]
-            ]
-
-        return _Call("list_memories", (namespace, actor), {"limit": count, **filters}, listed)
-
-    def _plan_put(self, op: PutOp) -> _Call | None:
-        namespace, actor = _pair(op.namespace, "namespace")
-        if op.value is None:
-            wanted = _memory_id(op.key)
-            if wanted is None:
-                return None
-            return _Call(
-                "delete",
-                (namespace, actor, {"ids": [str(wanted)]}, self.delete_reason),
-            )
-        if op.index is not None:
-            raise ValueError(
-                "AidbStore: put(index=...) is not supported; every memory is indexed for search"
-            )
-        if op.ttl is not None:
-            raise ValueError("AidbStore: memories have no TTL (put(ttl=...) is not supported)")
-        value = op.value
-        content = value.get("content")
-        extra = {k: value[k] for k in ("agent_id", "session_id") if k in value}
-        if (
-            set(value) - set(extra) != {"content"}
-            or not isinstance(content, str)
-            or not content.strip()
-            or not all(v is None or isinstance(v, str) for v in extra.values())
-        ):
-            raise ValueError(
-                "AidbStore: put takes a value {'content': text}, optionally with 'agent_id' and "
-                f"'session_id' (strings), the shape of the store's items; not {sorted(value)!r}"
-            )
-        replaced = _memory_id(op.key)
-
-        def then(memory_id: uuid.UUID) -> _Call | None:
-            if replaced is None or replaced == memory_id:
-                return None
-            return _Call("delete", (namespace, actor, {"ids": [str(replaced)]}, self.delete_reason))
-
-        return _Call(
-            "remember",
-            (namespace, actor, content),
-            {
-                "session_id": extra.get("session_id"),
-                "agent_id": extra.get("agent_id") or self.agent_id,
-            },
-            then=then,
+        _, _, value = _item_parts(record)
+        return Item(
+            value=value,
+            key=key,
+            namespace=namespace,
+            created_at=record.created_at,
+            updated_at=record.updated_at or record.created_at,
         )
 
-    def _plan_list_namespaces(self, op: ListNamespacesOp) -> _Call:
-        pairs = [
-            tuple(c.path)
-            for c in op.match_conditions or ()
-            if c.match_type == "prefix" and len(c.path) == 2 and "*" not in c.path
-        ]
-        if len(pairs) != 1 or len(op.match_conditions or ()) != 1:
-            raise NotImplementedError(
-                "AidbStore.list_namespaces: aidb_memory's API lists no actors; pass "
-                "prefix=(namespace, actor_id) to ask whether that actor has memories"
+    def _delete(self, aidb: str, actor: str, sub: tuple[str, ...], key: str) -> Plan:
+        record = yield from self._find(aidb, actor, sub, key)
+        if record is not None:
+            yield _Call("delete", (aidb, actor, {"ids": [str(record.id)]}, self.delete_reason))
+        return None
+
+    def _plan_put(self, op: PutOp) -> Plan:
+        aidb, actor, sub = self._layout.split(op.namespace, "namespace")
+        if op.value is None:
+            return self._delete(aidb, actor, sub, op.key)
+        if op.ttl is not None:
+            raise ValueError("AidbStore: memories have no TTL (put(ttl=...) is not supported)")
+        if not isinstance(op.value, Mapping):
+            raise ValueError(f"AidbStore: a value is a JSON object, not {type(op.value).__name__}")
+        value = dict(op.value)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"AidbStore: a value is a JSON object: {error}") from error
+        if op.index is False:
+            content = op.key if op.key.strip() else BLANK_KEY_CONTENT
+        elif op.index is None:
+            content = _content(value, self._fields)
+        elif isinstance(op.index, list) and all(isinstance(p, str) for p in op.index):
+            content = _content(value, op.index)
+        else:
+            raise ValueError(f"AidbStore: put's index is None, False or paths, not {op.index!r}")
+        return self._put(aidb, actor, sub, op.key, value, content)
+
+    def _put(
+        self,
+        aidb: str,
+        actor: str,
+        sub: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        content: str,
+    ) -> Plan:
+        try:
+            stored = yield _Call(
+                "remember",
+                (aidb, actor, content),
+                {"metadata": value, "key": _encode_key(sub, key), "agent_id": self.agent_id},
             )
-        namespace, actor = _pair(pairs[0], "namespace prefix")
-        depth = op.max_depth
+        except InvalidArgument as error:
+            if error.message.startswith("aidb_memory.remember: content "):
+                raise ValueError(
+                    f"AidbStore: the text put indexes for key {key!r} is refused: "
+                    f"{error.message}; index fewer fields (put(index=[...]) or the store's "
+                    "index), or an admin raises config.memory_max_chars"
+                ) from error
+            raise
+        replaced = _memory_id(key) if not sub else None
+        if replaced is not None and replaced != stored:
+            # The key was a keyless memory's id, that memory's key as an item: the put replaces it.
+            found = _keyless_item(
+                (yield _Call("get_memory", (aidb, actor), {"memory_id": replaced}))
+            )
+            if found is not None:
+                yield _Call("delete", (aidb, actor, {"ids": [str(replaced)]}, self.delete_reason))
+        return None
 
-        def finish(records: list[MemoryRecord]) -> list[tuple[str, ...]]:
-            if not records or op.offset > 0 or op.limit < 1:
-                return []
-            found = (namespace, actor)
-            return [found[:depth] if depth is not None else found]
+    def _plan_search(self, op: SearchOp) -> Plan:
+        aidb, actor, sub = self._layout.split(op.namespace_prefix, "namespace prefix")
+        key_range = _key_range(sub)
+        conditions = ([key_range] if key_range else []) + _translate_filter(op.filter)
+        server_filter = _all(conditions) if conditions else None
+        if op.offset < 0 or op.limit < 0:
+            raise ValueError(
+                f"AidbStore: offset and limit are at least 0, not {op.offset} and {op.limit}"
+            )
+        if op.query:
+            if op.limit > MAX_SEARCH or op.offset > MAX_SEARCH_OFFSET:
+                raise ValueError(
+                    f"AidbStore: a search with a query returns at most {MAX_SEARCH} memories "
+                    f"(limit) after at most {MAX_SEARCH_OFFSET} (offset), not limit {op.limit} "
+                    f"and offset {op.offset}"
+                )
+            return self._search(aidb, actor, op.query, server_filter, op.offset, op.limit)
+        return self._list(aidb, actor, server_filter, op.offset, op.limit)
 
-        return _Call("list_memories", (namespace, actor), {"limit": 1}, finish)
+    def _search(
+        self,
+        aidb: str,
+        actor: str,
+        query: str,
+        server_filter: dict[str, Any] | None,
+        offset: int,
+        limit: int,
+    ) -> Plan:
+        if limit == 0:
+            return []
+        hits: list[SearchHit] = yield _Call(
+            "search",
+            (aidb, actor, query),
+            {"limit": limit, "offset": offset or None, "filter": server_filter},
+        )
+        return [self._search_item(aidb, actor, hit, hit.score) for hit in hits]
+
+    def _list(
+        self, aidb: str, actor: str, server_filter: dict[str, Any] | None, offset: int, limit: int
+    ) -> Plan:
+        if limit == 0:
+            return []
+        wanted = offset + limit
+        records: list[MemoryRecord] = []
+        after: uuid.UUID | None = None
+        while len(records) < wanted:
+            count = min(MAX_LIST, wanted - len(records))
+            page: list[MemoryRecord] = yield _Call(
+                "list_memories",
+                (aidb, actor),
+                {"limit": count, "filter": server_filter, "after": after},
+            )
+            records += page
+            if len(page) < count:
+                break
+            after = page[-1].id
+        return [self._search_item(aidb, actor, r, None) for r in records[offset:wanted]]
+
+    def _search_item(
+        self, aidb: str, actor: str, record: MemoryRecord | SearchHit, score: float | None
+    ) -> SearchItem:
+        sub, key, value = _item_parts(record)
+        namespace = self._layout.join(aidb, actor, sub)
+        # A search's prefix reaches the actor, so it holds the labels before it: every memory it
+        # selects joins.
+        assert namespace is not None
+        updated = record.updated_at if isinstance(record, MemoryRecord) else None
+        return SearchItem(
+            namespace, key, value, record.created_at, updated or record.created_at, score=score
+        )
+
+    def _plan_list_namespaces(self, op: ListNamespacesOp) -> Plan:
+        conditions = tuple(op.match_conditions or ())
+        layout = self._layout
+        for condition in conditions:
+            path = condition.path
+            if (
+                condition.match_type == "prefix"
+                and len(path) > layout.actor
+                and all(path[i] != "*" for i in layout.fixed)
+            ):
+                break
+        else:
+            raise NotImplementedError(
+                "AidbStore.list_namespaces: aidb_memory's SQL API lists no actors yet (a later "
+                "issue adds list_actors), so it lists one actor's namespaces: pass a prefix that "
+                "names the "
+                + ("namespace and the actor" if layout.namespace is None else "actor")
+                + f" (the actor at position {layout.actor})"
+            )
+        aidb = layout.namespace if layout.namespace is not None else path[0]
+        actor = path[layout.actor]
+        # The sub-namespace labels the prefix fixes, up to its first wildcard: a key range.
+        sub_prefix: list[str] = []
+        for i, label in enumerate(path):
+            if i in layout.fixed:
+                continue
+            if label == "*":
+                break
+            sub_prefix.append(label)
+        return self._list_namespaces(aidb, actor, tuple(sub_prefix), conditions, op)
+
+    def _list_namespaces(
+        self,
+        aidb: str,
+        actor: str,
+        sub_prefix: tuple[str, ...],
+        conditions: tuple[MatchCondition, ...],
+        op: ListNamespacesOp,
+    ) -> Plan:
+        subs: set[tuple[str, ...]] = set()
+        if not sub_prefix:
+            # Keyless memories are root items: whether there is one is one probe (the worker
+            # may have made thousands; they are not read).
+            keyless = yield _Call(
+                "list_memories", (aidb, actor), {"limit": 1, "filter": {"key": {"$exists": False}}}
+            )
+            if keyless:
+                subs.add(())
+        keyed = _key_range(sub_prefix) or {"key": {"$exists": True}}
+        after: uuid.UUID | None = None
+        while True:
+            page: list[MemoryRecord] = yield _Call(
+                "list_memories", (aidb, actor), {"limit": MAX_LIST, "filter": keyed, "after": after}
+            )
+            subs.update(_decode_key(r.key)[0] for r in page if r.key is not None)
+            if len(page) < MAX_LIST:
+                break
+            after = page[-1].id
+        found = {
+            namespace
+            for sub in subs
+            if (namespace := self._layout.join(aidb, actor, sub)) is not None
+            and all(_matches(c, namespace) for c in conditions)
+        }
+        if op.max_depth is not None:
+            listed = sorted({namespace[: op.max_depth] for namespace in found})
+        else:
+            listed = sorted(found)
+        return listed[op.offset : op.offset + op.limit]
 
     # --- BaseStore ------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations in order, each one call of the sync client."""
+        """Run the operations in order, each through the sync client (all are checked first:
+        one that is refused runs none)."""
         plans = [self._plan(op) for op in ops]
         results: list[Result] = []
         for plan in plans:
-            result: Result = None
-            while plan is not None:
-                answer = getattr(self._clients.sync(), plan.method)(*plan.args, **plan.kwargs)
-                result = plan.finish(answer)
-                plan = plan.then(answer) if plan.then is not None else None
-            results.append(result)
+            client = self._clients.sync()
+            answer: Any = None
+            error: AidbMemoryError | None = None
+            while True:
+                try:
+                    call = plan.throw(error) if error is not None else plan.send(answer)
+                except StopIteration as done:
+                    results.append(done.value)
+                    break
+                answer, error = None, None
+                try:
+                    answer = getattr(client, call.method)(*call.args, **call.kwargs)
+                except AidbMemoryError as failed:
+                    error = failed
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -318,13 +744,20 @@ class AidbStore(BaseStore):
         plans = [self._plan(op) for op in ops]
         results: list[Result] = []
         for plan in plans:
-            result: Result = None
-            while plan is not None:
-                method = getattr(self._clients.asynchronous(), plan.method)
-                answer = await method(*plan.args, **plan.kwargs)
-                result = plan.finish(answer)
-                plan = plan.then(answer) if plan.then is not None else None
-            results.append(result)
+            client = self._clients.asynchronous()
+            answer: Any = None
+            error: AidbMemoryError | None = None
+            while True:
+                try:
+                    call = plan.throw(error) if error is not None else plan.send(answer)
+                except StopIteration as done:
+                    results.append(done.value)
+                    break
+                answer, error = None, None
+                try:
+                    answer = await getattr(client, call.method)(*call.args, **call.kwargs)
+                except AidbMemoryError as failed:
+                    error = failed
         return results
 
     def close(self) -> None:
