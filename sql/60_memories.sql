@@ -95,8 +95,8 @@ COMMENT ON FUNCTION aidb_memory.remember(
 'a bad key, both expires_at and ttl_s, expires_at not in the future, ttl_s not 1..315360000, '
 '42704, 42501, 55000 INACTIVE namespace, 25006 read-only transaction.';
 
--- One memory by its id or key (issue 34): list_memories' row. refresh_ttl came after key; it
--- writes (VOLATILE).
+-- One memory by its id or key (issue 34): list_memories' row, most often without Python
+-- (get_memory_fast). refresh_ttl came after key; it writes (VOLATILE).
 DROP FUNCTION IF EXISTS aidb_memory.get_memory(text, text, uuid, text);
 DROP FUNCTION IF EXISTS aidb_memory.get_memory_py(text, text, uuid, text);
 CREATE OR REPLACE FUNCTION aidb_memory.get_memory(
@@ -112,6 +112,9 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
+-- Its statements (the fast path's, sql/61_get_memory_fast.sql, and the Python code's) are
+-- planned once per connection: each is a probe of one index whatever the values.
+SET plan_cache_mode = force_generic_plan
 AS $py$ addressed.get_memory $py$;
 COMMENT ON FUNCTION aidb_memory.get_memory(text, text, uuid, text, boolean) IS
 'The actor''s memory with this id (current or superseded), or its current memory with this key '

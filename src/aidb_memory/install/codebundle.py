@@ -174,13 +174,14 @@ def render_stub(target: str, generation: str) -> str:
 BODY_SUFFIX = "_py"
 # A granted PL/Python function ``<name>`` may have a fast path in PL/pgSQL: a function
 # ``<name>_fast`` with the same arguments, defined in sql/, whose body is ``BEGIN <block> RETURN
-# NULL; END``, where the block returns a value when it did the common case without Python and
-# falls through, having written nothing, otherwise. The wrapper runs that block before calling
+# NULL; END`` (``RETURN; END`` for a set-returning one), where the block returns (a value, or
+# ``RETURN QUERY ...; RETURN;``) when it did the common case without Python and falls through,
+# having written nothing, otherwise. The wrapper runs that block before calling
 # the PL/Python body, inside its exception handler (so that its errors reach the client as the
 # Python code's do, without its statements in the CONTEXT): the same code as the function, which
 # tests call on its own, without the cost of a second call with its own SET clauses.
 FAST_SUFFIX = "_fast"
-_FAST_BODY = re.compile(r"\A\s*BEGIN\n(?P<block>.*\n)\s*RETURN NULL;\s*END\s*\Z", re.S)
+_FAST_BODY = re.compile(r"\A\s*BEGIN\n(?P<block>.*\n)\s*RETURN(?: NULL)?;\s*END\s*\Z", re.S)
 _WRAPPER = r"""
 DECLARE
     _state text;
@@ -275,7 +276,7 @@ def _wrapped(
         statement = f"RETURN {call};"
     if fast and not statement.startswith("RETURN "):
         raise SqlSourceError(
-            f"{schema}.{fast_name}: a fast path is for a function that returns one value"
+            f"{schema}.{fast_name}: a fast path is for a function that returns a value or a set"
         )
     wrapper = _with_options(
         stmt,
@@ -638,7 +639,7 @@ def _fast_paths(files: list[tuple[Path, Parsed]]) -> dict[str, str]:
             if match is None:
                 raise SqlSourceError(
                     f"{catalog.signature(stmt)}: a fast path's body is BEGIN <block> RETURN "
-                    "NULL; END (codebundle.FAST_SUFFIX)"
+                    "NULL; END, or RETURN; END for a set (codebundle.FAST_SUFFIX)"
                 )
             found[catalog.signature(stmt)] = match.group("block")
     return found
