@@ -2,8 +2,9 @@
 client: where a store namespace names the aidb_memory namespace and the actor (:class:`Layout`),
 the aidb key of an item and back (:func:`encode_key`, :func:`decode_key`, :func:`key_range`),
 the item a memory is (:func:`item_parts`), LangGraph's filter as the server's
-(:func:`translate_filter`), a value's content (:func:`content_of`, :func:`index_fields`) and a
-namespace listing's match conditions (:func:`matches`).
+(:func:`translate_filter`), a value's content (:func:`content_of`, :func:`index_fields`), a
+namespace listing's match conditions (:func:`matches`) and LangGraph's TTL in the server's terms
+(:func:`ttl_seconds`, :func:`checked_ttl_config`).
 
 Kept apart from the store so that each rule can be read, and unit-tested (tests/unit), on its own;
 the module docstring of :mod:`aidb_memory.integrations.langgraph` says what the rules are for.
@@ -12,21 +13,25 @@ the module docstring of :mod:`aidb_memory.integrations.langgraph` says what the 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, cast
 
-from langgraph.store.base import InvalidNamespaceError, MatchCondition, get_text_at_path
+from langgraph.store.base import InvalidNamespaceError, MatchCondition, TTLConfig, get_text_at_path
 
 from aidb_memory.client import MemoryRecord, SearchHit
 
 __all__ = [
     "BLANK_KEY_CONTENT",
+    "MAX_TTL_S",
     "OPERATORS",
     "ORDER_OPERATORS",
     "Layout",
     "all_of",
+    "checked_ttl_config",
     "content_of",
     "decode_key",
     "encode_key",
@@ -37,12 +42,17 @@ __all__ = [
     "matches",
     "memory_id_of",
     "translate_filter",
+    "ttl_seconds",
 ]
 
 ORDER_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
 OPERATORS = ("$eq", "$ne", *ORDER_OPERATORS)
 # What a put(index=False) item's content is when its key is blank (remember refuses a blank one).
 BLANK_KEY_CONTENT = "-"
+# remember's ttl_s: 1 to 315,360,000 seconds (ten years).
+MAX_TTL_S = 315_360_000
+# LangGraph's TTLConfig keys.
+TTL_CONFIG_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired")
 
 
 # --- namespaces and keys ----------------------------------------------------------------------
@@ -323,3 +333,52 @@ def matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     else:
         raise ValueError(f"AidbStore: unknown match type {condition.match_type!r}")
     return all(want == "*" or have == want for have, want in pairs)
+
+
+# --- TTL --------------------------------------------------------------------------------------
+
+
+def ttl_seconds(minutes: Any, what: str = "ttl") -> int:
+    """remember's ``ttl_s`` for LangGraph's ``ttl`` in minutes: ``ceil(minutes * 60)``, at least 1
+    (the server's least time to live; a ttl of 0 lives a second). ``what`` names it in a refusal:
+    a negative, non-finite or non-number ttl, or one over ten years (the server's most)."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float):
+        raise ValueError(f"AidbStore: {what} is minutes (a number) or None, not {minutes!r}")
+    if not math.isfinite(minutes) or minutes < 0:
+        raise ValueError(f"AidbStore: {what} is minutes, at least 0 and finite, not {minutes!r}")
+    # The float's shortest decimal, not its binary value: 0.1 minutes is 6 seconds, where
+    # ceil(0.1 * 60) is ceil(6.000000000000001), 7.
+    exact = Decimal(minutes) if isinstance(minutes, int) else Decimal(str(float(minutes)))
+    seconds = max(1, math.ceil(exact * 60))
+    if seconds > MAX_TTL_S:
+        raise ValueError(
+            f"AidbStore: {what} is at most {MAX_TTL_S // 60} minutes (ten years: the server's "
+            f"longest time to live), not {minutes!r}"
+        )
+    return seconds
+
+
+def checked_ttl_config(ttl: Mapping[str, Any] | None) -> TTLConfig | None:
+    """LangGraph's ``TTLConfig``, checked: its keys only (``default_ttl``, ``refresh_on_read``,
+    ``sweep_interval_minutes``, ``omit_expired``), each of its type, a ``default_ttl`` the
+    server can store. None stays None (the store has no TTL configuration)."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, Mapping):
+        raise TypeError(f"AidbStore: ttl is a TTLConfig (a dict), not {type(ttl).__name__}")
+    unknown = sorted(set(ttl) - set(TTL_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"AidbStore: ttl takes {', '.join(TTL_CONFIG_KEYS)}, not {unknown}")
+    if ttl.get("default_ttl") is not None:
+        ttl_seconds(ttl["default_ttl"], "ttl['default_ttl']")
+    for flag in ("refresh_on_read", "omit_expired"):
+        if flag in ttl and not isinstance(ttl[flag], bool):
+            raise ValueError(f"AidbStore: ttl[{flag!r}] is a bool, not {ttl[flag]!r}")
+    sweep = ttl.get("sweep_interval_minutes")
+    if sweep is not None and (
+        isinstance(sweep, bool) or not isinstance(sweep, int | float) or not sweep > 0
+    ):
+        raise ValueError(
+            f"AidbStore: ttl['sweep_interval_minutes'] is minutes above 0 or None, not {sweep!r}"
+        )
+    return cast(TTLConfig, dict(ttl))

@@ -88,6 +88,7 @@ the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory` or ``Async
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import uuid
 from collections.abc import Generator, Iterable, Mapping
@@ -105,6 +106,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     validate_op_namespace,
 )
 
@@ -114,6 +116,7 @@ from aidb_memory.integrations._langgraph_items import (
     BLANK_KEY_CONTENT,
     Layout,
     all_of,
+    checked_ttl_config,
     content_of,
     decode_key,
     encode_key,
@@ -124,6 +127,7 @@ from aidb_memory.integrations._langgraph_items import (
     matches,
     memory_id_of,
     translate_filter,
+    ttl_seconds,
 )
 
 if TYPE_CHECKING:
@@ -159,12 +163,15 @@ class AidbStore(BaseStore):
     ``namespace`` and ``actor_position``: where a store namespace names the aidb_memory
     namespace and the actor (the module docstring); ``index``: ``{"fields": [paths]}``, what of a
     value its memory's content is (default the whole value); ``agent_id`` is recorded on the
-    memories ``put`` stores; ``delete_reason`` is the audited reason of every delete.
+    memories ``put`` stores; ``delete_reason`` is the audited reason of every delete; ``ttl``:
+    LangGraph's ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
+    ``sweep_interval_minutes``; the module docstring's **TTL**), None: no default time to live,
+    and reads refresh none.
     """
 
-    __slots__ = ("_clients", "_fields", "_layout", "agent_id", "delete_reason")
+    __slots__ = ("_clients", "_fields", "_layout", "agent_id", "delete_reason", "ttl_config")
 
-    supports_ttl: bool = False
+    supports_ttl: bool = True
 
     def __init__(
         self,
@@ -177,6 +184,7 @@ class AidbStore(BaseStore):
         namespace: str | None = None,
         actor_position: int | None = None,
         index: Mapping[str, Any] | None = None,
+        ttl: TTLConfig | Mapping[str, Any] | None = None,
     ) -> None:
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ValueError(f"AidbStore: namespace is a namespace's name, not {namespace!r}")
@@ -192,6 +200,9 @@ class AidbStore(BaseStore):
                 + f", not {actor_position}"
             )
         self._fields = index_fields(index)
+        # BaseStore's put and get read it: default_ttl for a put without ttl, refresh_on_read for
+        # a read without refresh_ttl.
+        self.ttl_config: TTLConfig | None = checked_ttl_config(ttl)
         self._layout = Layout(namespace, actor_position)
         self._clients = FrameworkClients("AidbStore", dsn=dsn, pool=pool, memory=memory)
         self.agent_id = agent_id
@@ -204,7 +215,8 @@ class AidbStore(BaseStore):
         validate_op_namespace(op)
         if isinstance(op, GetOp):
             aidb, actor, sub = self._layout.split(op.namespace, "namespace")
-            return self._get(op.namespace, aidb, actor, sub, op.key)
+            refresh = self._refreshes(op.refresh_ttl)
+            return self._get(op.namespace, aidb, actor, sub, op.key, refresh)
         if isinstance(op, SearchOp):
             return self._plan_search(op)
         if isinstance(op, PutOp):
@@ -213,23 +225,52 @@ class AidbStore(BaseStore):
             return self._plan_list_namespaces(op)
         raise TypeError(f"AidbStore: unknown operation {type(op).__name__}")
 
+    def _refreshes(self, asked: bool) -> bool:
+        """Whether a read renews the time to live of what it returns: as LangGraph resolved it
+        (the op's ``refresh_ttl``, else ``refresh_on_read``, else True), in a store made with a
+        ``ttl`` configuration only. LangGraph: "If TTLConfig is not provided [...], this
+        argument is ignored"; a refreshing read is a write (refused on a standby and in an
+        INACTIVE namespace), and a refreshing search with a query costs a call per item: a store
+        that was not asked for TTL does neither."""
+        return asked and self.ttl_config is not None
+
     def _find(
-        self, aidb: str, actor: str, sub: tuple[str, ...], key: str
+        self, aidb: str, actor: str, sub: tuple[str, ...], key: str, refresh: bool = False
     ) -> Generator[_Call, Any, MemoryRecord | None]:
-        """The memory that is the item (sub, key): by its key, or at the root by its id."""
-        record: MemoryRecord | None = yield _Call(
-            "get_memory", (aidb, actor), {"key": encode_key(sub, key)}
-        )
+        """The memory that is the item (sub, key): by its key, or at the root by its id;
+        ``refresh``: its time to live renewed."""
+        by_key: dict[str, Any] = {"key": encode_key(sub, key)}
+        if refresh:
+            by_key["refresh_ttl"] = True
+        record: MemoryRecord | None = yield _Call("get_memory", (aidb, actor), by_key)
         if record is None and not sub and (memory_id := memory_id_of(key)) is not None:
             record = keyless_item(
                 (yield _Call("get_memory", (aidb, actor), {"memory_id": memory_id}))
             )
+            # Renewed only once known to be the item: an id also reaches keyed and superseded
+            # memories, which are not this item.
+            if refresh and record is not None and record.expires_at is not None:
+                yield from self._refresh(aidb, actor, [record.id])
         return record
 
+    def _refresh(
+        self, aidb: str, actor: str, memory_ids: Iterable[uuid.UUID]
+    ) -> Generator[_Call, Any, None]:
+        """Renew the time to live of each memory: a get_memory each, as the server renews one
+        memory a call (a memory that has none, or a fixed expires_at, is left as it is)."""
+        for memory_id in memory_ids:
+            yield _Call("get_memory", (aidb, actor), {"memory_id": memory_id, "refresh_ttl": True})
+
     def _get(
-        self, namespace: tuple[str, ...], aidb: str, actor: str, sub: tuple[str, ...], key: str
+        self,
+        namespace: tuple[str, ...],
+        aidb: str,
+        actor: str,
+        sub: tuple[str, ...],
+        key: str,
+        refresh: bool,
     ) -> Plan:
-        record = yield from self._find(aidb, actor, sub, key)
+        record = yield from self._find(aidb, actor, sub, key, refresh)
         if record is None:
             return None
         _, _, value = item_parts(record)
@@ -251,8 +292,9 @@ class AidbStore(BaseStore):
         aidb, actor, sub = self._layout.split(op.namespace, "namespace")
         if op.value is None:
             return self._delete(aidb, actor, sub, op.key)
-        if op.ttl is not None:
-            raise ValueError("AidbStore: memories have no TTL (put(ttl=...) is not supported)")
+        # LangGraph's minutes as remember's seconds; None: no expiry of the store's own (the
+        # namespace's config.memory_ttl_s, if an admin set one).
+        ttl_s = None if op.ttl is None else ttl_seconds(op.ttl)
         if not isinstance(op.value, Mapping):
             raise ValueError(f"AidbStore: a value is a JSON object, not {type(op.value).__name__}")
         value = dict(op.value)
@@ -268,7 +310,7 @@ class AidbStore(BaseStore):
             content = content_of(value, op.index)
         else:
             raise ValueError(f"AidbStore: put's index is None, False or paths, not {op.index!r}")
-        return self._put(aidb, actor, sub, op.key, value, content)
+        return self._put(aidb, actor, sub, op.key, value, content, ttl_s)
 
     def _put(
         self,
@@ -278,12 +320,20 @@ class AidbStore(BaseStore):
         key: str,
         value: dict[str, Any],
         content: str,
+        ttl_s: int | None,
     ) -> Plan:
         try:
+            # A put on a key the actor has sets the expiry it gives (none: none), as a put of
+            # LangGraph's PostgresStore does.
             stored = yield _Call(
                 "remember",
                 (aidb, actor, content),
-                {"metadata": value, "key": encode_key(sub, key), "agent_id": self.agent_id},
+                {
+                    "metadata": value,
+                    "key": encode_key(sub, key),
+                    "agent_id": self.agent_id,
+                    "ttl_s": ttl_s,
+                },
             )
         except InvalidArgument as error:
             if error.message.startswith("aidb_memory.remember: content "):
@@ -308,6 +358,7 @@ class AidbStore(BaseStore):
         prefix_range = key_range(sub)
         conditions = ([prefix_range] if prefix_range else []) + translate_filter(op.filter)
         server_filter = all_of(conditions) if conditions else None
+        refresh = self._refreshes(op.refresh_ttl)
         if op.offset < 0 or op.limit < 0:
             raise ValueError(
                 f"AidbStore: offset and limit are at least 0, not {op.offset} and {op.limit}"
@@ -319,8 +370,8 @@ class AidbStore(BaseStore):
                     f"(limit) after at most {MAX_SEARCH_OFFSET} (offset), not limit {op.limit} "
                     f"and offset {op.offset}"
                 )
-            return self._search(aidb, actor, op.query, server_filter, op.offset, op.limit)
-        return self._list(aidb, actor, server_filter, op.offset, op.limit)
+            return self._search(aidb, actor, op.query, server_filter, op.offset, op.limit, refresh)
+        return self._list(aidb, actor, server_filter, op.offset, op.limit, refresh)
 
     def _search(
         self,
@@ -330,6 +381,7 @@ class AidbStore(BaseStore):
         server_filter: dict[str, Any] | None,
         offset: int,
         limit: int,
+        refresh: bool,
     ) -> Plan:
         if limit == 0:
             return []
@@ -338,10 +390,20 @@ class AidbStore(BaseStore):
             (aidb, actor, query),
             {"limit": limit, "offset": offset or None, "filter": server_filter},
         )
+        if refresh:
+            # search's rows carry no expires_at: every hit is renewed, those without a time to
+            # live to no effect.
+            yield from self._refresh(aidb, actor, [hit.id for hit in hits])
         return [self._search_item(aidb, actor, hit, hit.score) for hit in hits]
 
     def _list(
-        self, aidb: str, actor: str, server_filter: dict[str, Any] | None, offset: int, limit: int
+        self,
+        aidb: str,
+        actor: str,
+        server_filter: dict[str, Any] | None,
+        offset: int,
+        limit: int,
+        refresh: bool,
     ) -> Plan:
         if limit == 0:
             return []
@@ -359,7 +421,11 @@ class AidbStore(BaseStore):
             if len(page) < count:
                 break
             after = page[-1].id
-        return [self._search_item(aidb, actor, r, None) for r in records[offset:wanted]]
+        returned = records[offset:wanted]
+        if refresh:
+            # Only the items that expire: list_memories says which.
+            yield from self._refresh(aidb, actor, [r.id for r in returned if r.expires_at])
+        return [self._search_item(aidb, actor, r, None) for r in returned]
 
     def _search_item(
         self, aidb: str, actor: str, record: MemoryRecord | SearchHit, score: float | None
@@ -488,6 +554,24 @@ class AidbStore(BaseStore):
                 except AidbMemoryError as failed:
                     error = failed
         return results
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Start nothing, and return a future that is done: aidb_memory's worker sweeps expired
+        memories (``process_events`` calls ``expire_memories``; without the worker, pg_cron can),
+        and the store's role may not. Reads leave an expired item out from the moment it
+        expires, swept or not. Here so that code written for LangGraph's PostgresStore
+        (``store.start_ttl_sweeper()``) runs unchanged; ``sweep_interval_minutes`` is not
+        used."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.set_result(None)
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop nothing (``start_ttl_sweeper`` starts nothing): True, as PostgresStore answers
+        when no sweeper runs."""
+        return True
 
     def close(self) -> None:
         """Close the connection made from ``dsn`` (a pool or client given stays open)."""
