@@ -19,8 +19,10 @@ from langgraph.store.base import InvalidNamespaceError, MatchCondition
 
 from aidb_memory.client import MemoryRecord, SearchHit
 from aidb_memory.integrations._langgraph_items import (
+    MAX_TTL_S,
     Layout,
     all_of,
+    checked_ttl_config,
     content_of,
     decode_key,
     encode_key,
@@ -31,6 +33,7 @@ from aidb_memory.integrations._langgraph_items import (
     matches,
     memory_id_of,
     translate_filter,
+    ttl_seconds,
 )
 
 NOW = datetime.datetime(2025, 5, 10, 14, 0, tzinfo=datetime.UTC)
@@ -308,3 +311,70 @@ def test_match_conditions_as_in_memory_store() -> None:
     assert not matches(MatchCondition("prefix", (*namespace, "more")), namespace)
     with pytest.raises(ValueError, match="unknown match type"):
         matches(MatchCondition("infix", ("ns",)), namespace)  # type: ignore[arg-type]
+
+
+# --- TTL --------------------------------------------------------------------------------------
+
+
+def test_a_ttl_in_minutes_is_whole_seconds_rounded_up() -> None:
+    assert ttl_seconds(5) == 300
+    assert ttl_seconds(0.1) == 6, "the decimal 0.1, not the float's 6.000000000000001"
+    assert ttl_seconds(1 / 3) == 20
+    assert ttl_seconds(0.501) == 31
+    assert ttl_seconds(0.001) == 1
+    assert ttl_seconds(0) == 1, "the server's least time to live"
+    assert ttl_seconds(MAX_TTL_S // 60) == MAX_TTL_S
+
+
+@given(st.floats(min_value=0, max_value=MAX_TTL_S / 60, allow_nan=False))
+def test_a_ttl_lives_at_least_as_long_as_asked_and_less_than_a_second_more(
+    minutes: float,
+) -> None:
+    seconds = ttl_seconds(minutes)
+    assert 1 <= seconds <= MAX_TTL_S
+    assert seconds >= minutes * 60 - 1e-6
+    # Less than a second more, or the least time to live.
+    assert seconds < minutes * 60 + 1 or seconds == 1
+
+
+@pytest.mark.parametrize(
+    ("minutes", "refusal"),
+    [
+        (-0.5, "at least 0"),
+        (math.inf, "finite"),
+        (math.nan, "finite"),
+        (MAX_TTL_S // 60 + 1, "at most 5256000 minutes"),
+        (True, "a number"),
+        ("5", "a number"),
+    ],
+)
+def test_a_ttl_the_server_cannot_store_is_refused(minutes: Any, refusal: str) -> None:
+    with pytest.raises(ValueError, match=refusal) as info:
+        ttl_seconds(minutes, "put's ttl")
+    assert "put's ttl" in str(info.value)
+
+
+def test_a_ttl_configuration_is_langgraphs_checked() -> None:
+    assert checked_ttl_config(None) is None
+    assert checked_ttl_config({}) == {}
+    config = {
+        "default_ttl": 1.5,
+        "refresh_on_read": False,
+        "sweep_interval_minutes": 60,
+        "omit_expired": True,
+    }
+    checked = checked_ttl_config(config)
+    assert checked == config and checked is not config
+    with pytest.raises(ValueError, match=r"not \['strategy'\]"):
+        checked_ttl_config({"strategy": "delete"})
+    with pytest.raises(ValueError, match=r"ttl\['default_ttl'\] is minutes"):
+        checked_ttl_config({"default_ttl": -1})
+    with pytest.raises(ValueError, match="is a bool"):
+        checked_ttl_config({"refresh_on_read": 1})
+    with pytest.raises(ValueError, match="is a bool"):
+        checked_ttl_config({"omit_expired": None})
+    for sweep in (0, -1, True, "5"):
+        with pytest.raises(ValueError, match="above 0"):
+            checked_ttl_config({"sweep_interval_minutes": sweep})
+    with pytest.raises(TypeError, match="TTLConfig"):
+        checked_ttl_config(10)  # type: ignore[arg-type]
