@@ -78,8 +78,35 @@ their items' keys are read (1,000 a call). The SQL API cannot list actors yet (a
 
 ``batch`` runs its operations in order, each through its own calls of the client (InMemoryStore
 applies a batch's puts after its reads); an operation that is refused is refused before any of
-the batch runs. TTL is not supported (``supports_ttl`` is False: a ``ttl`` is refused, and
-``refresh_ttl`` has nothing to refresh).
+the batch runs.
+
+**TTL** (``supports_ttl`` is True), as LangGraph's PostgresStore, on the server's expiry:
+
+- ``put(..., ttl=minutes)`` is ``remember(..., ttl_s=ceil(minutes * 60))`` (at least 1 second,
+  at most ten years; a negative or non-finite ttl is a ``ValueError`` before any call). A put
+  without ``ttl`` has the store's ``ttl={"default_ttl": minutes}`` (LangGraph's put applies it;
+  a ``PutOp`` given to ``batch`` is taken as it is); ``ttl=None``, or no default: no expiry of
+  the store's (the namespace's ``config.memory_ttl_s`` then applies, if an admin set one). A put
+  on a key the actor has sets the expiry it gives, none included.
+- An expired item is gone from ``get``, ``search`` and ``list_namespaces`` from the moment it
+  expires, swept or not (every read of the server leaves it out; ``omit_expired`` is accepted,
+  and expired items are left out whatever it says); a ``put`` on its key makes it anew.
+- A read renews the time to live of what it returns (its expiry pushed ``ttl`` from now; an
+  item without one, or with a fixed ``expires_at`` set through the SQL API, is left as it is) as
+  LangGraph resolves it: the read's ``refresh_ttl``, else ``refresh_on_read`` (True by default),
+  **in a store made with** ``ttl`` (``ttl={}``: renewals without a default ttl). A store made
+  without it renews nothing, whatever a read says (LangGraph: without a TTLConfig the argument
+  is ignored), so that its reads stay reads: a renewing read is a write, refused on a standby,
+  in a read-only transaction and in an INACTIVE namespace (pass ``refresh_ttl=False`` there).
+  ``get`` is ``get_memory(key=..., refresh_ttl=True)``: the same one call. The server renews
+  one memory a call, so ``search`` renews with a ``get_memory(id, refresh_ttl=True)`` per item:
+  without a query, one per item returned that expires (``list_memories`` says which); with a
+  query, one per item returned (``search``'s rows carry no expiry), up to ``limit`` calls more.
+- Sweeping is the server's: the worker deletes expired memories (``process_events`` calls
+  ``expire_memories``; without the worker, pg_cron can), not the store, whose role may not.
+  ``sweep_interval_minutes`` is accepted and not used; ``start_ttl_sweeper()`` starts nothing
+  and returns a future that is done, ``stop_ttl_sweeper()`` returns True, so that code written
+  for PostgresStore runs unchanged.
 
 Give the store exactly one of ``dsn`` (sync and async clients, each with its own connection),
 ``pool`` (a psycopg_pool ``ConnectionPool`` for the sync methods, an ``AsyncConnectionPool`` for
