@@ -111,14 +111,14 @@ class CountingMemory(Memory):
         return attribute
 
 
-def test_is_a_base_store_without_ttl(store: AidbStore) -> None:
+def test_is_a_base_store_with_ttl(store: AidbStore) -> None:
+    # TTL's behaviour is tests/db/test_langgraph_ttl.py's.
     assert isinstance(store, BaseStore)
-    assert store.supports_ttl is False
-    with pytest.raises(NotImplementedError, match="TTL"):
-        store.put(ERIN, "k", {"text": "x"}, ttl=5)
-    with pytest.raises(ValueError, match="no TTL"):
-        store.batch([PutOp(ERIN, "k", {"text": "x"}, ttl=5.0)])
-    assert store.get(ERIN, "k") is None
+    assert store.supports_ttl is True
+    assert store.ttl_config is None
+    store.batch([PutOp(ERIN, "k", {"text": "x"}, ttl=5.0)])
+    item = store.get(ERIN, "k")
+    assert item is not None and item.value == {"text": "x"}
 
 
 def test_memories_without_a_key_are_root_items_keyed_by_id(

@@ -78,8 +78,35 @@ their items' keys are read (1,000 a call). The SQL API cannot list actors yet (a
 
 ``batch`` runs its operations in order, each through its own calls of the client (InMemoryStore
 applies a batch's puts after its reads); an operation that is refused is refused before any of
-the batch runs. TTL is not supported (``supports_ttl`` is False: a ``ttl`` is refused, and
-``refresh_ttl`` has nothing to refresh).
+the batch runs.
+
+**TTL** (``supports_ttl`` is True), as LangGraph's PostgresStore, on the server's expiry:
+
+- ``put(..., ttl=minutes)`` is ``remember(..., ttl_s=ceil(minutes * 60))`` (at least 1 second,
+  at most ten years; a negative or non-finite ttl is a ``ValueError`` before any call). A put
+  without ``ttl`` has the store's ``ttl={"default_ttl": minutes}`` (LangGraph's put applies it;
+  a ``PutOp`` given to ``batch`` is taken as it is); ``ttl=None``, or no default: no expiry of
+  the store's (the namespace's ``config.memory_ttl_s`` then applies, if an admin set one). A put
+  on a key the actor has sets the expiry it gives, none included.
+- An expired item is gone from ``get``, ``search`` and ``list_namespaces`` from the moment it
+  expires, swept or not (every read of the server leaves it out; ``omit_expired`` is accepted,
+  and expired items are left out whatever it says); a ``put`` on its key makes it anew.
+- A read renews the time to live of what it returns (its expiry pushed ``ttl`` from now; an
+  item without one, or with a fixed ``expires_at`` set through the SQL API, is left as it is) as
+  LangGraph resolves it: the read's ``refresh_ttl``, else ``refresh_on_read`` (True by default),
+  **in a store made with** ``ttl`` (``ttl={}``: renewals without a default ttl). A store made
+  without it renews nothing, whatever a read says (LangGraph: without a TTLConfig the argument
+  is ignored), so that its reads stay reads: a renewing read is a write, refused on a standby,
+  in a read-only transaction and in an INACTIVE namespace (pass ``refresh_ttl=False`` there).
+  ``get`` is ``get_memory(key=..., refresh_ttl=True)``: the same one call. The server renews
+  one memory a call, so ``search`` renews with a ``get_memory(id, refresh_ttl=True)`` per item:
+  without a query, one per item returned that expires (``list_memories`` says which); with a
+  query, one per item returned (``search``'s rows carry no expiry), up to ``limit`` calls more.
+- Sweeping is the server's: the worker deletes expired memories (``process_events`` calls
+  ``expire_memories``; without the worker, pg_cron can), not the store, whose role may not.
+  ``sweep_interval_minutes`` is accepted and not used; ``start_ttl_sweeper()`` starts nothing
+  and returns a future that is done, ``stop_ttl_sweeper()`` returns True, so that code written
+  for PostgresStore runs unchanged.
 
 Give the store exactly one of ``dsn`` (sync and async clients, each with its own connection),
 ``pool`` (a psycopg_pool ``ConnectionPool`` for the sync methods, an ``AsyncConnectionPool`` for
@@ -88,16 +115,16 @@ the async ones) or ``memory`` (an :class:`~aidb_memory.client.Memory` or ``Async
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import uuid
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     MatchCondition,
@@ -106,12 +133,29 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
-    get_text_at_path,
+    TTLConfig,
     validate_op_namespace,
 )
 
 from aidb_memory.client import AidbMemoryError, InvalidArgument, MemoryRecord, SearchHit
 from aidb_memory.integrations._framework_clients import FrameworkClients
+from aidb_memory.integrations._langgraph_items import (
+    BLANK_KEY_CONTENT,
+    Layout,
+    all_of,
+    checked_ttl_config,
+    content_of,
+    decode_key,
+    encode_key,
+    index_fields,
+    item_parts,
+    key_range,
+    keyless_item,
+    matches,
+    memory_id_of,
+    translate_filter,
+    ttl_seconds,
+)
 
 if TYPE_CHECKING:
     from aidb_memory.client import AsyncMemory, Memory
@@ -122,10 +166,6 @@ DEFAULT_DELETE_REASON = "deleted through the LangGraph store (AidbStore)"
 MAX_SEARCH = 100  # search's "limit"
 MAX_SEARCH_OFFSET = 1000  # search's "offset"
 MAX_LIST = 1000  # list_memories' "limit", one page
-ORDER_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
-OPERATORS = ("$eq", "$ne", *ORDER_OPERATORS)
-# What a put(index=False) item's content is when its key is blank (remember refuses a blank one).
-BLANK_KEY_CONTENT = "-"
 
 
 @dataclass
@@ -143,286 +183,6 @@ class _Call:
 Plan = Generator[_Call, Any, Result]
 
 
-# --- namespaces and keys ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where a store namespace names the aidb_memory namespace and the actor."""
-
-    namespace: str | None
-    actor: int  # the actor id's index in the tuple
-
-    @property
-    def fixed(self) -> tuple[int, ...]:
-        """The tuple's positions that are no sub-namespace label."""
-        return (self.actor,) if self.namespace is not None else (0, self.actor)
-
-    @property
-    def labels_before_actor(self) -> int:
-        return self.actor - len(self.fixed) + 1
-
-    def split(self, namespace: tuple[str, ...], what: str) -> tuple[str, str, tuple[str, ...]]:
-        """(aidb_memory namespace, actor id, sub-namespace) of a store namespace."""
-        if len(namespace) <= self.actor:
-            layout = (
-                f"(namespace, actor_id, ...) with the actor at {self.actor}"
-                if self.namespace is None
-                else f"a tuple with the actor id at {self.actor}"
-            )
-            raise InvalidNamespaceError(
-                f"AidbStore: a {what} is {layout}, not {namespace!r}: aidb_memory reads and "
-                "writes one actor's memories at a time, so it must name the actor"
-            )
-        aidb = self.namespace if self.namespace is not None else namespace[0]
-        sub = tuple(label for i, label in enumerate(namespace) if i not in self.fixed)
-        return aidb, namespace[self.actor], sub
-
-    def join(self, aidb: str, actor: str, sub: tuple[str, ...]) -> tuple[str, ...] | None:
-        """The store namespace of an actor's sub-namespace (None: too short for the layout, when
-        labels come before the actor)."""
-        before = self.labels_before_actor
-        if len(sub) < before:
-            return None
-        head = () if self.namespace is not None else (aidb,)
-        return (*head, *sub[:before], actor, *sub[before:])
-
-
-def _encode_key(sub: tuple[str, ...], key: str) -> str:
-    """The aidb key of ``key`` in sub-namespace ``sub``: each label and ``.``, then ``.`` and the
-    key. Labels are never empty and hold no ``.``, so the first ``..`` ends them: no two items
-    share an aidb key. At the root a key without ``.`` is itself (so that the SQL API and the store
-    name a memory alike); another is ``.`` and the key."""
-    if sub:
-        return "".join(f"{label}." for label in sub) + "." + key
-    return key if "." not in key and key.strip() else "." + key
-
-
-def _decode_key(stored: str) -> tuple[tuple[str, ...], str]:
-    """(sub-namespace, key) of an aidb key; the inverse of ``_encode_key``. A key the store would
-    not have written (a ``.`` but no ``..``) is the labels before its last ``.`` and the key after
-    it, which is what the key ranges of ``_key_range`` select it as."""
-    if "." not in stored:
-        return (), stored
-    if stored.startswith("."):
-        return (), stored[1:]
-    end = stored.find("..")
-    if end >= 0:
-        return tuple(stored[:end].split(".")), stored[end + 2 :]
-    *labels, key = stored.split(".")
-    return tuple(labels), key
-
-
-def _key_range(sub_prefix: tuple[str, ...]) -> dict[str, Any] | None:
-    """The filter on ``key`` that selects the items whose sub-namespace starts with
-    ``sub_prefix``: the aidb keys that start with its labels and their dots, i.e. from that text
-    to the same with its last ``.`` raised to ``/`` (by code point, as the server compares)."""
-    if not sub_prefix:
-        return None
-    low = "".join(f"{label}." for label in sub_prefix)
-    return {"key": {"$gte": low, "$lt": low[:-1] + "/"}}
-
-
-def _memory_id(key: str) -> uuid.UUID | None:
-    """The memory id a key is, if it is one as the store shows ids (canonical text)."""
-    try:
-        memory_id = uuid.UUID(key)
-    except ValueError:
-        return None
-    return memory_id if str(memory_id) == key else None
-
-
-def _keyless_item(record: MemoryRecord | None) -> MemoryRecord | None:
-    """``record`` if it is an item addressed by its id: current, and without a key (a keyed
-    memory is addressed by its key)."""
-    if record is None or record.key is not None or not record.current:
-        return None
-    return record
-
-
-def _item_parts(record: MemoryRecord | SearchHit) -> tuple[tuple[str, ...], str, dict[str, Any]]:
-    """(sub-namespace, key, value) of the item a memory is."""
-    if record.key is None:
-        value = {
-            **record.metadata,
-            "content": record.content,
-            "agent_id": record.agent_id,
-            "session_id": record.session_id,
-        }
-        return (), str(record.id), value
-    sub, key = _decode_key(record.key)
-    return sub, key, dict(record.metadata)
-
-
-# --- filters ----------------------------------------------------------------------------------
-
-
-def _refuse(where: str, problem: str) -> ValueError:
-    return ValueError(
-        f"AidbStore: filter {where} {problem}; the server cannot select exactly that, and a "
-        "filter is never applied in part"
-    )
-
-
-def _field_name(name: Any, where: str, nested: bool) -> str:
-    if not isinstance(name, str) or not name:
-        raise _refuse(where, "names a field by an empty or non-string name")
-    if name.startswith("$"):
-        raise _refuse(
-            where, f"uses {name}, which is no field; operators are {', '.join(OPERATORS)}"
-        )
-    if "." in name:
-        # The server reads a dot as a nesting of objects.
-        raise _refuse(where, "names a field with a '.'")
-    if nested:
-        try:
-            int(name)
-        except ValueError:
-            pass
-        else:
-            # The server's path reads it as an index when the value there is an array.
-            raise _refuse(where, "names a nested field by a number (an array index to the server)")
-    return name
-
-
-def _holds_where_absent(wanted: Any) -> bool:
-    """Whether LangGraph's condition ``wanted`` holds for a field that is absent."""
-    if wanted is None:
-        return True
-    if isinstance(wanted, dict) and any(str(k).startswith("$") for k in wanted):
-        return ("$eq" in wanted and wanted["$eq"] is None) or "$ne" in wanted
-    return False
-
-
-def _holds_object(value: Any) -> bool:
-    if isinstance(value, dict):
-        return True
-    return isinstance(value, list | tuple) and any(_holds_object(v) for v in value)
-
-
-def _all(conditions: list[dict[str, Any]]) -> dict[str, Any]:
-    """The conditions ANDed (there is at least one)."""
-    return conditions[0] if len(conditions) == 1 else {"$and": conditions}
-
-
-def _equals(path: str, wanted: Any) -> dict[str, Any]:
-    if wanted is None:
-        # Python's value.get(field) == None: absent, or a JSON null.
-        return {"$or": [{path: {"$exists": False}}, {path: {"$eq": None}}]}
-    return {path: {"$eq": wanted}}
-
-
-def _operator(path: str, where: str, op: Any, wanted: Any) -> dict[str, Any]:
-    if op == "$eq":
-        return _equals(path, wanted)
-    if op == "$ne":
-        if wanted is None:
-            return {path: {"$exists": True, "$ne": None}}
-        return {path: {"$ne": wanted}}
-    if op in ORDER_OPERATORS:
-        if isinstance(wanted, bool) or not isinstance(wanted, int | float | str):
-            raise _refuse(f"{where}.{op}", f"orders by {wanted!r}: a number or a string only")
-        return {path: {op: wanted}}
-    raise _refuse(f"{where}.{op}", f"is not one of LangGraph's operators ({', '.join(OPERATORS)})")
-
-
-def _condition(parts: list[str], wanted: Any) -> dict[str, Any]:
-    """The server's filter for LangGraph's condition ``wanted`` on the value's field at
-    ``parts`` (InMemoryStore's _compare_values), on the metadata path ``metadata.<parts>``."""
-    path = "metadata." + ".".join(parts)
-    where = ".".join(parts)
-    if isinstance(wanted, dict):
-        if any(isinstance(k, str) and k.startswith("$") for k in wanted):
-            return _all([_operator(path, where, op, v) for op, v in wanted.items()])
-        if not wanted:
-            raise _refuse(where, "is {} (the field is an object), which has no server condition")
-        conditions = []
-        for name, nested in wanted.items():
-            inner = f"{where}.{name}"
-            _field_name(name, inner, nested=True)
-            if _holds_where_absent(nested):
-                # It would also select a value whose field is no object at all.
-                raise _refuse(inner, "holds where the field is absent, inside a nested object")
-            conditions.append(_condition([*parts, name], nested))
-        return _all(conditions)
-    if isinstance(wanted, list | tuple):
-        if _holds_object(wanted):
-            # InMemoryStore compares an object in a list as a nested condition, not as equal.
-            raise _refuse(where, "is a list holding an object")
-        return {path: {"$eq": list(wanted)}}
-    if wanted is None or isinstance(wanted, str | int | float | bool):
-        return _equals(path, wanted)
-    raise _refuse(where, f"compares with {type(wanted).__name__}, which is no JSON value")
-
-
-def _translate_filter(filter: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """LangGraph's ``filter`` as the server's conditions on the metadata (ANDed)."""
-    conditions = []
-    for name, wanted in (filter or {}).items():
-        conditions.append(_condition([_field_name(name, str(name), nested=False)], wanted))
-    try:
-        json.dumps(conditions, allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"AidbStore: filter is not JSON: {error}") from error
-    return conditions
-
-
-# --- values -----------------------------------------------------------------------------------
-
-
-def _strings(value: Any) -> list[str]:
-    """The strings of a JSON value, depth first."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [text for v in value.values() for text in _strings(v)]
-    if isinstance(value, list | tuple):
-        return [text for v in value for text in _strings(v)]
-    return []
-
-
-def _content(value: dict[str, Any], fields: Sequence[str]) -> str:
-    """The text of ``value`` that the memory's content is: the named fields' (``$``: the whole
-    value's strings), or its JSON when they have none."""
-    texts: list[str] = []
-    for path in fields:
-        texts += _strings(value) if path == "$" else get_text_at_path(value, path)
-    text = "\n".join(t for t in texts if t.strip())
-    return text if text else json.dumps(value, ensure_ascii=False)
-
-
-def _index_fields(index: Mapping[str, Any] | None) -> tuple[str, ...]:
-    if index is None:
-        return ("$",)
-    unknown = set(index) - {"fields"}
-    if unknown:
-        raise ValueError(
-            f"AidbStore: index takes 'fields' only, not {sorted(unknown)}: the namespace's "
-            "embedding model (model_spec.embedding) embeds the memories, not the store"
-        )
-    fields = index.get("fields") or ["$"]
-    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-        raise ValueError(f"AidbStore: index['fields'] is a list of paths, not {fields!r}")
-    return tuple(fields)
-
-
-# --- namespace listing ------------------------------------------------------------------------
-
-
-def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    """InMemoryStore's match of a namespace by a prefix or suffix condition (``*``: any label)."""
-    path = condition.path
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "prefix":
-        pairs = zip(namespace, path, strict=False)
-    elif condition.match_type == "suffix":
-        pairs = zip(reversed(namespace), reversed(path), strict=False)
-    else:
-        raise ValueError(f"AidbStore: unknown match type {condition.match_type!r}")
-    return all(want == "*" or have == want for have, want in pairs)
-
-
 class AidbStore(BaseStore):
     """A LangGraph ``BaseStore`` whose items are aidb_memory's long-term memories; the module
     docstring says how each operation maps to the SQL API, and what it does not honour.
@@ -430,12 +190,15 @@ class AidbStore(BaseStore):
     ``namespace`` and ``actor_position``: where a store namespace names the aidb_memory
     namespace and the actor (the module docstring); ``index``: ``{"fields": [paths]}``, what of a
     value its memory's content is (default the whole value); ``agent_id`` is recorded on the
-    memories ``put`` stores; ``delete_reason`` is the audited reason of every delete.
+    memories ``put`` stores; ``delete_reason`` is the audited reason of every delete; ``ttl``:
+    LangGraph's ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
+    ``sweep_interval_minutes``; the module docstring's **TTL**), None: no default time to live,
+    and reads refresh none.
     """
 
-    __slots__ = ("_clients", "_fields", "_layout", "agent_id", "delete_reason")
+    __slots__ = ("_clients", "_fields", "_layout", "agent_id", "delete_reason", "ttl_config")
 
-    supports_ttl: bool = False
+    supports_ttl: bool = True
 
     def __init__(
         self,
@@ -448,6 +211,7 @@ class AidbStore(BaseStore):
         namespace: str | None = None,
         actor_position: int | None = None,
         index: Mapping[str, Any] | None = None,
+        ttl: TTLConfig | Mapping[str, Any] | None = None,
     ) -> None:
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ValueError(f"AidbStore: namespace is a namespace's name, not {namespace!r}")
@@ -462,8 +226,11 @@ class AidbStore(BaseStore):
                 + (" (the tuple's first element is the namespace)" if namespace is None else "")
                 + f", not {actor_position}"
             )
-        self._fields = _index_fields(index)
-        self._layout = _Layout(namespace, actor_position)
+        self._fields = index_fields(index)
+        # BaseStore's put and get read it: default_ttl for a put without ttl, refresh_on_read for
+        # a read without refresh_ttl.
+        self.ttl_config: TTLConfig | None = checked_ttl_config(ttl)
+        self._layout = Layout(namespace, actor_position)
         self._clients = FrameworkClients("AidbStore", dsn=dsn, pool=pool, memory=memory)
         self.agent_id = agent_id
         self.delete_reason = delete_reason
@@ -475,7 +242,8 @@ class AidbStore(BaseStore):
         validate_op_namespace(op)
         if isinstance(op, GetOp):
             aidb, actor, sub = self._layout.split(op.namespace, "namespace")
-            return self._get(op.namespace, aidb, actor, sub, op.key)
+            refresh = self._refreshes(op.refresh_ttl)
+            return self._get(op.namespace, aidb, actor, sub, op.key, refresh)
         if isinstance(op, SearchOp):
             return self._plan_search(op)
         if isinstance(op, PutOp):
@@ -484,26 +252,55 @@ class AidbStore(BaseStore):
             return self._plan_list_namespaces(op)
         raise TypeError(f"AidbStore: unknown operation {type(op).__name__}")
 
+    def _refreshes(self, asked: bool) -> bool:
+        """Whether a read renews the time to live of what it returns: as LangGraph resolved it
+        (the op's ``refresh_ttl``, else ``refresh_on_read``, else True), in a store made with a
+        ``ttl`` configuration only. LangGraph: "If TTLConfig is not provided [...], this
+        argument is ignored"; a refreshing read is a write (refused on a standby and in an
+        INACTIVE namespace), and a refreshing search with a query costs a call per item: a store
+        that was not asked for TTL does neither."""
+        return asked and self.ttl_config is not None
+
     def _find(
-        self, aidb: str, actor: str, sub: tuple[str, ...], key: str
+        self, aidb: str, actor: str, sub: tuple[str, ...], key: str, refresh: bool = False
     ) -> Generator[_Call, Any, MemoryRecord | None]:
-        """The memory that is the item (sub, key): by its key, or at the root by its id."""
-        record: MemoryRecord | None = yield _Call(
-            "get_memory", (aidb, actor), {"key": _encode_key(sub, key)}
-        )
-        if record is None and not sub and (memory_id := _memory_id(key)) is not None:
-            record = _keyless_item(
+        """The memory that is the item (sub, key): by its key, or at the root by its id;
+        ``refresh``: its time to live renewed."""
+        by_key: dict[str, Any] = {"key": encode_key(sub, key)}
+        if refresh:
+            by_key["refresh_ttl"] = True
+        record: MemoryRecord | None = yield _Call("get_memory", (aidb, actor), by_key)
+        if record is None and not sub and (memory_id := memory_id_of(key)) is not None:
+            record = keyless_item(
                 (yield _Call("get_memory", (aidb, actor), {"memory_id": memory_id}))
             )
+            # Renewed only once known to be the item: an id also reaches keyed and superseded
+            # memories, which are not this item.
+            if refresh and record is not None and record.expires_at is not None:
+                yield from self._refresh(aidb, actor, [record.id])
         return record
 
+    def _refresh(
+        self, aidb: str, actor: str, memory_ids: Iterable[uuid.UUID]
+    ) -> Generator[_Call, Any, None]:
+        """Renew the time to live of each memory: a get_memory each, as the server renews one
+        memory a call (a memory that has none, or a fixed expires_at, is left as it is)."""
+        for memory_id in memory_ids:
+            yield _Call("get_memory", (aidb, actor), {"memory_id": memory_id, "refresh_ttl": True})
+
     def _get(
-        self, namespace: tuple[str, ...], aidb: str, actor: str, sub: tuple[str, ...], key: str
+        self,
+        namespace: tuple[str, ...],
+        aidb: str,
+        actor: str,
+        sub: tuple[str, ...],
+        key: str,
+        refresh: bool,
     ) -> Plan:
-        record = yield from self._find(aidb, actor, sub, key)
+        record = yield from self._find(aidb, actor, sub, key, refresh)
         if record is None:
             return None
-        _, _, value = _item_parts(record)
+        _, _, value = item_parts(record)
         return Item(
             value=value,
             key=key,
@@ -522,8 +319,9 @@ class AidbStore(BaseStore):
         aidb, actor, sub = self._layout.split(op.namespace, "namespace")
         if op.value is None:
             return self._delete(aidb, actor, sub, op.key)
-        if op.ttl is not None:
-            raise ValueError("AidbStore: memories have no TTL (put(ttl=...) is not supported)")
+        # LangGraph's minutes as remember's seconds; None: no expiry of the store's own (the
+        # namespace's config.memory_ttl_s, if an admin set one).
+        ttl_s = None if op.ttl is None else ttl_seconds(op.ttl)
         if not isinstance(op.value, Mapping):
             raise ValueError(f"AidbStore: a value is a JSON object, not {type(op.value).__name__}")
         value = dict(op.value)
@@ -534,12 +332,12 @@ class AidbStore(BaseStore):
         if op.index is False:
             content = op.key if op.key.strip() else BLANK_KEY_CONTENT
         elif op.index is None:
-            content = _content(value, self._fields)
+            content = content_of(value, self._fields)
         elif isinstance(op.index, list) and all(isinstance(p, str) for p in op.index):
-            content = _content(value, op.index)
+            content = content_of(value, op.index)
         else:
             raise ValueError(f"AidbStore: put's index is None, False or paths, not {op.index!r}")
-        return self._put(aidb, actor, sub, op.key, value, content)
+        return self._put(aidb, actor, sub, op.key, value, content, ttl_s)
 
     def _put(
         self,
@@ -549,12 +347,20 @@ class AidbStore(BaseStore):
         key: str,
         value: dict[str, Any],
         content: str,
+        ttl_s: int | None,
     ) -> Plan:
         try:
+            # A put on a key the actor has sets the expiry it gives (none: none), as a put of
+            # LangGraph's PostgresStore does.
             stored = yield _Call(
                 "remember",
                 (aidb, actor, content),
-                {"metadata": value, "key": _encode_key(sub, key), "agent_id": self.agent_id},
+                {
+                    "metadata": value,
+                    "key": encode_key(sub, key),
+                    "agent_id": self.agent_id,
+                    "ttl_s": ttl_s,
+                },
             )
         except InvalidArgument as error:
             if error.message.startswith("aidb_memory.remember: content "):
@@ -564,10 +370,10 @@ class AidbStore(BaseStore):
                     "index), or an admin raises config.memory_max_chars"
                 ) from error
             raise
-        replaced = _memory_id(key) if not sub else None
+        replaced = memory_id_of(key) if not sub else None
         if replaced is not None and replaced != stored:
             # The key was a keyless memory's id, that memory's key as an item: the put replaces it.
-            found = _keyless_item(
+            found = keyless_item(
                 (yield _Call("get_memory", (aidb, actor), {"memory_id": replaced}))
             )
             if found is not None:
@@ -576,9 +382,10 @@ class AidbStore(BaseStore):
 
     def _plan_search(self, op: SearchOp) -> Plan:
         aidb, actor, sub = self._layout.split(op.namespace_prefix, "namespace prefix")
-        key_range = _key_range(sub)
-        conditions = ([key_range] if key_range else []) + _translate_filter(op.filter)
-        server_filter = _all(conditions) if conditions else None
+        prefix_range = key_range(sub)
+        conditions = ([prefix_range] if prefix_range else []) + translate_filter(op.filter)
+        server_filter = all_of(conditions) if conditions else None
+        refresh = self._refreshes(op.refresh_ttl)
         if op.offset < 0 or op.limit < 0:
             raise ValueError(
                 f"AidbStore: offset and limit are at least 0, not {op.offset} and {op.limit}"
@@ -590,8 +397,8 @@ class AidbStore(BaseStore):
                     f"(limit) after at most {MAX_SEARCH_OFFSET} (offset), not limit {op.limit} "
                     f"and offset {op.offset}"
                 )
-            return self._search(aidb, actor, op.query, server_filter, op.offset, op.limit)
-        return self._list(aidb, actor, server_filter, op.offset, op.limit)
+            return self._search(aidb, actor, op.query, server_filter, op.offset, op.limit, refresh)
+        return self._list(aidb, actor, server_filter, op.offset, op.limit, refresh)
 
     def _search(
         self,
@@ -601,6 +408,7 @@ class AidbStore(BaseStore):
         server_filter: dict[str, Any] | None,
         offset: int,
         limit: int,
+        refresh: bool,
     ) -> Plan:
         if limit == 0:
             return []
@@ -609,10 +417,20 @@ class AidbStore(BaseStore):
             (aidb, actor, query),
             {"limit": limit, "offset": offset or None, "filter": server_filter},
         )
+        if refresh:
+            # search's rows carry no expires_at: every hit is renewed, those without a time to
+            # live to no effect.
+            yield from self._refresh(aidb, actor, [hit.id for hit in hits])
         return [self._search_item(aidb, actor, hit, hit.score) for hit in hits]
 
     def _list(
-        self, aidb: str, actor: str, server_filter: dict[str, Any] | None, offset: int, limit: int
+        self,
+        aidb: str,
+        actor: str,
+        server_filter: dict[str, Any] | None,
+        offset: int,
+        limit: int,
+        refresh: bool,
     ) -> Plan:
         if limit == 0:
             return []
@@ -630,12 +448,16 @@ class AidbStore(BaseStore):
             if len(page) < count:
                 break
             after = page[-1].id
-        return [self._search_item(aidb, actor, r, None) for r in records[offset:wanted]]
+        returned = records[offset:wanted]
+        if refresh:
+            # Only the items that expire: list_memories says which.
+            yield from self._refresh(aidb, actor, [r.id for r in returned if r.expires_at])
+        return [self._search_item(aidb, actor, r, None) for r in returned]
 
     def _search_item(
         self, aidb: str, actor: str, record: MemoryRecord | SearchHit, score: float | None
     ) -> SearchItem:
-        sub, key, value = _item_parts(record)
+        sub, key, value = item_parts(record)
         namespace = self._layout.join(aidb, actor, sub)
         # A search's prefix reaches the actor, so it holds the labels before it: every memory it
         # selects joins.
@@ -693,13 +515,13 @@ class AidbStore(BaseStore):
             )
             if keyless:
                 subs.add(())
-        keyed = _key_range(sub_prefix) or {"key": {"$exists": True}}
+        keyed = key_range(sub_prefix) or {"key": {"$exists": True}}
         after: uuid.UUID | None = None
         while True:
             page: list[MemoryRecord] = yield _Call(
                 "list_memories", (aidb, actor), {"limit": MAX_LIST, "filter": keyed, "after": after}
             )
-            subs.update(_decode_key(r.key)[0] for r in page if r.key is not None)
+            subs.update(decode_key(r.key)[0] for r in page if r.key is not None)
             if len(page) < MAX_LIST:
                 break
             after = page[-1].id
@@ -707,7 +529,7 @@ class AidbStore(BaseStore):
             namespace
             for sub in subs
             if (namespace := self._layout.join(aidb, actor, sub)) is not None
-            and all(_matches(c, namespace) for c in conditions)
+            and all(matches(c, namespace) for c in conditions)
         }
         if op.max_depth is not None:
             listed = sorted({namespace[: op.max_depth] for namespace in found})
@@ -759,6 +581,24 @@ class AidbStore(BaseStore):
                 except AidbMemoryError as failed:
                     error = failed
         return results
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Start nothing, and return a future that is done: aidb_memory's worker sweeps expired
+        memories (``process_events`` calls ``expire_memories``; without the worker, pg_cron can),
+        and the store's role may not. Reads leave an expired item out from the moment it
+        expires, swept or not. Here so that code written for LangGraph's PostgresStore
+        (``store.start_ttl_sweeper()``) runs unchanged; ``sweep_interval_minutes`` is not
+        used."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.set_result(None)
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop nothing (``start_ttl_sweeper`` starts nothing): True, as PostgresStore answers
+        when no sweeper runs."""
+        return True
 
     def close(self) -> None:
         """Close the connection made from ``dsn`` (a pool or client given stays open)."""
