@@ -10,5 +10,7 @@ ALTER TABLE aidb_memory.memory ADD COLUMN ttl_s integer;
 -- the worker's alone (memories with no expiry are not in the index).
 CREATE INDEX memory_expires_idx ON aidb_memory.memory (expires_at) WHERE expires_at IS NOT NULL;
 
--- list_memories, get_memory and update_memory return when the memory expires (NULL: never).
+-- list_memories, get_memory, update_memory and search return when the memory expires (NULL:
+-- never).
 ALTER TYPE aidb_memory.list_memories_result ADD ATTRIBUTE expires_at timestamptz;
+ALTER TYPE aidb_memory.search_result ADD ATTRIBUTE expires_at timestamptz;

@@ -260,7 +260,7 @@ WITH counts AS (
 )
 SELECT m.public_id::text AS id, m.content, b.score::real AS score,
        m.agent_id, m.session_id, to_json(m.created_at) #>> '{}' AS created_at, m.metadata,
-       m.key
+       m.key, to_json(m.expires_at) #>> '{}' AS expires_at
 FROM best b
 JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = b.id
 WHERE b.score > 0

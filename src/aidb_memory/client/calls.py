@@ -301,7 +301,9 @@ def session_delete(namespace: str, actor_id: str, session_id: str, reason: str) 
 
 
 def _hits(rows: Rows) -> list[SearchHit]:
-    return [SearchHit(i, c, float(s), a, sid, t, m, k) for i, c, s, a, sid, t, m, k in rows]
+    return [
+        SearchHit(i, c, float(s), a, sid, t, m, k, e) for i, c, s, a, sid, t, m, k, e in rows
+    ]
 
 
 def search(
@@ -318,7 +320,10 @@ def search(
     vector = None if query_embedding is None else [float(x) for x in query_embedding]
     return _call(
         "search",
-        ("id", "content", "score", "agent_id", "session_id", "created_at", "metadata", "key"),
+        (
+            *("id", "content", "score", "agent_id", "session_id", "created_at", "metadata"),
+            *("key", "expires_at"),
+        ),
         [
             ("namespace", "text", namespace, True),
             ("actor_id", "text", actor_id, True),

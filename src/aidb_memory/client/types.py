@@ -122,6 +122,7 @@ class SearchHit:
     created_at: datetime.datetime
     metadata: dict[str, Any]  # what remember tagged it with ({} when nothing)
     key: str | None = None  # the application's name for it (remember's key)
+    expires_at: datetime.datetime | None = None  # when it expires (None: never)
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,9 @@ the batch runs.
   is ignored), so that its reads stay reads: a renewing read is a write, refused on a standby,
   in a read-only transaction and in an INACTIVE namespace (pass ``refresh_ttl=False`` there).
   ``get`` is ``get_memory(key=..., refresh_ttl=True)``: the same one call. The server renews
-  one memory a call, so ``search`` renews with a ``get_memory(id, refresh_ttl=True)`` per item:
-  without a query, one per item returned that expires (``list_memories`` says which); with a
-  query, one per item returned (``search``'s rows carry no expiry), up to ``limit`` calls more.
+  one memory a call, so ``search`` renews with a ``get_memory(id, refresh_ttl=True)`` per item
+  returned that expires (``list_memories`` and ``search`` say which), up to ``limit`` calls
+  more.
 - Sweeping is the server's: the worker deletes expired memories (``process_events`` calls
   ``expire_memories``; without the worker, pg_cron can), not the store, whose role may not.
   ``sweep_interval_minutes`` is accepted and not used; ``start_ttl_sweeper()`` starts nothing
@@ -418,9 +418,7 @@ class AidbStore(BaseStore):
             {"limit": limit, "offset": offset or None, "filter": server_filter},
         )
         if refresh:
-            # search's rows carry no expires_at: every hit is renewed, those without a time to
-            # live to no effect.
-            yield from self._refresh(aidb, actor, [hit.id for hit in hits])
+            yield from self._refresh(aidb, actor, [hit.id for hit in hits if hit.expires_at])
         return [self._search_item(aidb, actor, hit, hit.score) for hit in hits]
 
     def _list(
