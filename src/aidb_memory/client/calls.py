@@ -301,9 +301,7 @@ def session_delete(namespace: str, actor_id: str, session_id: str, reason: str) 
 
 
 def _hits(rows: Rows) -> list[SearchHit]:
-    return [
-        SearchHit(i, c, float(s), a, sid, t, m, k, e) for i, c, s, a, sid, t, m, k, e in rows
-    ]
+    return [SearchHit(i, c, float(s), a, sid, t, m, k, e) for i, c, s, a, sid, t, m, k, e in rows]
 
 
 def search(
