@@ -24,61 +24,64 @@ SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
-SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     -- The wrapper of get_memory runs this block as it is (codebundle.FAST_SUFFIX): it returns the
     -- memory's row when it found one, and falls through, having read nothing else, otherwise.
-    IF $1 IS NOT NULL AND $2 IS NOT NULL AND ($3 IS NULL) <> ($4 IS NULL)
-       AND NOT coalesce($5, false) THEN
-        -- One statement: the namespace and the memory together, the namespace's checks in its
-        -- conditions (a row found was written under the identifier rules: its actor and key are
-        -- valid, unless config.max_identifier_chars was lowered since, which is tested). The
-        -- actor's key is aidb_memory.actor_key($1, $2) written out (as add_fast: a SQL function
-        -- called from PL/pgSQL is planned again in every transaction). listing.MEMORY_ROW's
-        -- columns for a memory that nothing superseded (the id of what superseded one is read by
-        -- the Python code: a join costs the common case ~10%); addressed._BY_ID and _BY_KEY's
-        -- conditions (which say why the namespace and actor are no index keys of the probe by
-        -- id).
-        IF $3 IS NOT NULL THEN
-            RETURN QUERY
-            SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from, m.valid_to,
-                   NULL::uuid,
-                   m.created_at, m.updated_at, m.metadata, m.key, m.expires_at
-            FROM aidb_memory.namespace AS n
-            JOIN aidb_memory.memory AS m
-                ON m.actor_key = ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')),
-                                                       1, 8), 'hex'))::bit(64)::bigint
-               AND m.public_id = $3 AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
-            WHERE n.name = $1
-              AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-              AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                   OR $2 = session_user)
-              AND m.superseded_by IS NULL
-              AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
-        ELSE
-            RETURN QUERY
-            SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from, m.valid_to,
-                   NULL::uuid,
-                   m.created_at, m.updated_at, m.metadata, m.key, m.expires_at
-            FROM aidb_memory.namespace AS n
-            JOIN aidb_memory.memory AS m
-                ON m.actor_key = ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')),
-                                                       1, 8), 'hex'))::bit(64)::bigint
-               AND m.namespace_id = n.id AND m.actor_id = $2 AND m.key = $4
-               AND m.valid_to IS NULL
-            WHERE n.name = $1
-              AND greatest(length($2), length($4))
-                  <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-              AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                   OR $2 = session_user)
-              AND m.superseded_by IS NULL
-              AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+    DECLARE
+        _key bigint;
+    BEGIN
+        IF $1 IS NOT NULL AND $2 IS NOT NULL AND ($3 IS NULL) <> ($4 IS NULL)
+           AND NOT coalesce($5, false) THEN
+            -- aidb_memory.actor_key($1, $2), written out (as add_fast: a SQL function called from
+            -- PL/pgSQL is planned again in every transaction); a parameter of the statement, so
+            -- that Citus routes it to the actor's shard.
+            _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
+                                   'hex'))::bit(64)::bigint;
+            -- One statement: the namespace and the memory together, the namespace's checks in
+            -- its conditions (a row found was written under the identifier rules: its actor and
+            -- key are valid, unless config.max_identifier_chars was lowered since, which is
+            -- tested). listing.MEMORY_ROW's columns for a memory that nothing superseded (the id
+            -- of what superseded one is read by the Python code: a join costs the common case
+            -- ~10%); addressed._BY_ID and _BY_KEY's conditions (which say why the namespace and
+            -- actor are no index keys of the probe by id).
+            IF $3 IS NOT NULL THEN
+                RETURN QUERY
+                SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
+                       m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
+                       m.expires_at
+                FROM aidb_memory.namespace AS n
+                JOIN aidb_memory.memory AS m
+                    ON m.actor_key = _key AND m.public_id = $3
+                   AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
+                WHERE n.name = $1
+                  AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                       OR $2 = session_user)
+                  AND m.superseded_by IS NULL
+                  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+            ELSE
+                RETURN QUERY
+                SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
+                       m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
+                       m.expires_at
+                FROM aidb_memory.namespace AS n
+                JOIN aidb_memory.memory AS m
+                    ON m.actor_key = _key AND m.namespace_id = n.id AND m.actor_id = $2
+                   AND m.key = $4 AND m.valid_to IS NULL
+                WHERE n.name = $1
+                  AND greatest(length($2), length($4))
+                      <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                       OR $2 = session_user)
+                  AND m.superseded_by IS NULL
+                  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+            END IF;
+            IF FOUND THEN
+                RETURN;
+            END IF;
         END IF;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-    END IF;
+    END;
     RETURN;
 END
 $$;

@@ -604,6 +604,32 @@ def test_the_wrapper_runs_a_fast_path_first_when_sql_defines_one(tmp_path: Path)
         wrappers(text + fast.replace("    RETURN NULL;\n", ""))
 
 
+def test_a_set_returning_function_takes_a_fast_path_that_ends_with_return(tmp_path: Path) -> None:
+    """A set-returning ``<name>_fast`` is ``BEGIN <block> RETURN; END`` (RETURN NULL is no
+    statement of a set-returning PL/pgSQL function): its block runs before the body's RETURN
+    QUERY."""
+    block = (
+        "    IF $1 IS NOT NULL THEN\n        RETURN QUERY SELECT 1;\n        RETURN;\n    END IF;\n"
+    )
+    fast = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.get_fast(name text) RETURNS SETOF integer\n"
+        f"LANGUAGE plpgsql VOLATILE {HEADER}AS $$\nBEGIN\n{block}    RETURN;\nEND\n$$;\n"
+    )
+    text = (
+        "CREATE OR REPLACE FUNCTION aidb_memory.get(name text) RETURNS SETOF integer\n"
+        f"LANGUAGE plpython3u VOLATILE {HEADER}AS $py$ things.get $py$;\n"
+        "GRANT EXECUTE ON FUNCTION aidb_memory.get(text) TO aidb_users;\n"
+    )
+    (f,) = sql_files(tmp_path, text + fast)
+    (wrapper,) = [
+        w
+        for w in (python_body(s) for s in f.statements if "LANGUAGE plpgsql" in s)
+        if w is not None and "_py(" in w
+    ]
+    assert block in wrapper
+    assert wrapper.index(block) < wrapper.index("RETURN QUERY SELECT * FROM aidb_memory.get_py($1)")
+
+
 def test_the_wide_number_path_is_the_one_refuse_oversized_counts() -> None:
     """sql/12_argument_caps.sql counts the text of the numbers the wrappers' guard finds."""
     sql = (Path(__file__).resolve().parents[2] / "sql" / "12_argument_caps.sql").read_text()

@@ -498,8 +498,8 @@ SETTINGS = [
 
 
 # Functions pinned to generic plans (``SET plan_cache_mode = force_generic_plan``: search,
-# session_get and session_messages, whose statements cost more to plan than to run on one
-# server). Citus runs a generic plan only of a
+# get_memory, session_get and session_messages, whose statements cost more to plan than to run on
+# one server). Citus runs a generic plan only of a
 # statement on one table ("fast path"); of any other it cannot make one ("could not create
 # distributed plan"), so it plans such statements for each call's values (which is how it routes
 # them by the key). On Citus those functions plan each call.
