@@ -175,11 +175,11 @@ SET expires_at = coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs =
 WHERE actor_key = $1 AND id = $2
 """
 # A text stated again outlives the expiry it had: the later of the two wins (never, when the new
-# statement has none).
+# statement has none: the comparison is NULL, not true).
 _OUTLIVE = (
     _SET_EXPIRY
-    + """  AND (coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)) IS NULL
-       OR coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)) > expires_at)
+    + """  AND (coalesce($3, pg_catalog.now() + pg_catalog.make_interval(secs => $4)) <= expires_at)
+      IS NOT TRUE
 """
 )
 _EXPIRY_TYPES = ("bigint", "bigint", "timestamptz", "int")
@@ -318,6 +318,7 @@ class Writer:
     ) -> Writer:
         ns, actor = int(event["namespace_id"]), event["actor_id"]
         found = event.get("actor_key")
+        config = validation.effective_config(json.loads(event["config"]))
         return cls(
             ns,
             actor,
@@ -327,11 +328,9 @@ class Writer:
             session_id=event["session_id"],
             vectors=vectors,
             embedding_model=embedding_model,
-            text_search=validation.effective_config(json.loads(event["config"]))[
-                "text_search_config"
-            ],
+            text_search=config["text_search_config"],
             metadata=event.get("memory_metadata") or metadata_rules.EMPTY,
-            ttl_s=validation.effective_config(json.loads(event["config"]))["memory_ttl_s"],
+            ttl_s=config["memory_ttl_s"],
         )
 
     def history(
