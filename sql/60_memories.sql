@@ -285,7 +285,73 @@ COMMENT ON FUNCTION aidb_memory.actor_lexemes(bigint, pg_catalog.tsvector) IS
 'holds, which the GIN index memory_lexemes_idx indexes so that search reads one actor''s '
 'memories with a word without reading all of the actor''s memories.';
 
--- memory.lexeme_keys follows memory.lexemes (and the key), before the row is written.
+-- A filter's equality on a metadata value, as memory.lexeme_keys holds it (issue 34): for each
+-- (path, value) pair, "<actor_key>#<md5 of path=value>", path the dotted keys from the top object,
+-- value its JSON text (a number's with its trailing zeros trimmed, as jsonb's = takes 1 for 1.0).
+-- search adds the entries of a filter's equalities to the words it asks memory_lexemes_idx for,
+-- so that a selective filter reads the memories it selects that hold the words, no others; the
+-- filter itself is still tested on every row, so a colliding entry (a key with a dot in it, an
+-- md5 collision) costs a row read, never a wrong answer. md5: a GIN key is at most a third of a
+-- page, and a metadata string may be 4,000 characters. migrations/0026 defines it first (it fills
+-- the column). PL/pgSQL for the reason actor_lexemes is; not STRICT either.
+CREATE OR REPLACE FUNCTION aidb_memory.metadata_entries(
+    actor_key bigint, paths text[], vals jsonb[])
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+BEGIN
+    RETURN (SELECT array_agg((actor_key)::text || '#' || md5(u.path || '=' || CASE
+                WHEN jsonb_typeof(u.value) = 'number' THEN trim_scale((u.value)::numeric)::text
+                ELSE (u.value)::text END))
+            FROM unnest(paths, vals) AS u(path, value));
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.metadata_entries(bigint, text[], jsonb[]) IS
+'Internal: metadata values keyed by the actor and their path, "<actor_key>#<md5 of path=value>": '
+'what memory.lexeme_keys holds besides the lexemes (aidb_memory.actor_metadata), and what a '
+'search filter''s equalities ask memory_lexemes_idx for.';
+
+-- Every scalar value of a memory's metadata reached through objects alone (a filter's dotted
+-- path; arrays are not walked, as a path into one may count from its end), as metadata_entries.
+CREATE OR REPLACE FUNCTION aidb_memory.actor_metadata(actor_key bigint, metadata jsonb)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    paths text[];
+    vals jsonb[];
+BEGIN
+    IF jsonb_typeof(metadata) IS DISTINCT FROM 'object' OR metadata = '{}' THEN
+        RETURN '{}';
+    END IF;
+    WITH RECURSIVE leaf(path, value) AS (
+        SELECT e.key, e.value FROM jsonb_each(metadata) AS e
+        UNION ALL
+        SELECT l.path || '.' || e.key, e.value
+        FROM leaf l
+        CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(l.value) = 'object' THEN l.value
+                                          ELSE '{}'::jsonb END) AS e
+    )
+    SELECT array_agg(l.path), array_agg(l.value) INTO paths, vals
+    FROM leaf l WHERE jsonb_typeof(l.value) NOT IN ('object', 'array');
+    RETURN coalesce(aidb_memory.metadata_entries(actor_key, paths, vals), '{}');
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.actor_metadata(bigint, jsonb) IS
+'Internal: the scalar values of a memory''s metadata (reached through objects) as '
+'aidb_memory.metadata_entries keys them: what memory.lexeme_keys holds besides the lexemes, so '
+'that a search filter''s equalities are answered by memory_lexemes_idx.';
+
+-- memory.lexeme_keys follows memory.lexemes and memory.metadata (and the key), before the row is
+-- written.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_lexeme_keys()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -296,12 +362,16 @@ SET debug_print_plan = off
 AS $$
 BEGIN
     NEW.lexeme_keys := coalesce(aidb_memory.actor_lexemes(NEW.actor_key, NEW.lexemes), '{}');
+    IF NEW.metadata <> '{}'::jsonb THEN
+        NEW.lexeme_keys := NEW.lexeme_keys || aidb_memory.actor_metadata(NEW.actor_key, NEW.metadata);
+    END IF;
     RETURN NEW;
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.memory_lexeme_keys() IS
 'Trigger (internal): writes memory.lexeme_keys, the lexemes of the memory keyed by its actor '
-'(aidb_memory.actor_lexemes), which the GIN index memory_lexemes_idx holds for search.';
+'(aidb_memory.actor_lexemes) and its metadata values (aidb_memory.actor_metadata), which the GIN '
+'index memory_lexemes_idx holds for search and its filters.';
 
 -- The vocabulary of memory_word follows the memories, by triggers.
 CREATE OR REPLACE FUNCTION aidb_memory.memory_words_added()
@@ -421,5 +491,5 @@ CREATE OR REPLACE TRIGGER memory_lexemes_counted
     AFTER INSERT OR UPDATE OF valid_to, lexemes OR DELETE ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_lexemes_counted();
 CREATE OR REPLACE TRIGGER memory_lexeme_keys
-    BEFORE INSERT OR UPDATE OF actor_key, lexemes ON aidb_memory.memory
+    BEFORE INSERT OR UPDATE OF actor_key, lexemes, metadata ON aidb_memory.memory
     FOR EACH ROW EXECUTE FUNCTION aidb_memory.memory_lexeme_keys();

@@ -26,6 +26,7 @@ field's operator, each logical operator, each value of ``$in``/``$nin``) by
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from aidb_memory_server import validation
@@ -64,14 +65,35 @@ class Compiled:
     types: tuple[str, ...]
     params: tuple[Any, ...]
     first: int
+    # The filter's equalities on metadata values that every memory it selects holds, as
+    # memory.lexeme_keys keys them (ENTRIES, its parameters among these): None when it has none.
+    entries: str | None = None
 
     def at(self, first: int) -> str:
         """The SQL with its parameters numbered from ``$first`` instead (for another statement:
         its text holds no ``$`` but its placeholders')."""
-        import re
+        return _renumber(self.sql, first - self.first)
 
-        shift = first - self.first
-        return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + shift}", self.sql)
+    def index_condition(self, actor_key: str) -> str | None:
+        """A condition on ``m.lexeme_keys`` that every memory the filter selects meets (so that
+        memory_lexemes_idx answers it with a search's words), ``actor_key`` the SQL of the
+        actor's key; None when the filter has no equality on a metadata value."""
+        if self.entries is None:
+            return None
+        return self.entries.replace(_ACTOR_KEY, actor_key)
+
+
+def _renumber(sql: str, shift: int) -> str:
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + shift}", sql)
+
+
+# A metadata value at a path, as the trigger of memory.lexeme_keys writes it
+# (aidb_memory.actor_metadata): equality of a scalar reached through objects alone. A path part
+# that a JSON array could take as an index (PostgreSQL's #> reads "-1" as its last element) is
+# none of them.
+ENTRIES = "m.lexeme_keys @> aidb_memory.metadata_entries({actor_key}, {paths}, {values})"
+_ACTOR_KEY = "{actor_key}"
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class _Compiler:
@@ -82,6 +104,9 @@ class _Compiler:
         self.max_nodes = max_nodes
         self.types: list[str] = []
         self.params: list[Any] = []
+        # (dotted path, JSON text) of each equality on a metadata value that every selected
+        # memory meets (those ANDed at the top of the filter).
+        self.entries: list[tuple[str, str]] = []
 
     def error(self, path: list[Any], problem: str) -> ApiError:
         where = validation.json_path(self.field, path, PATH_PARTS_SHOWN)
@@ -106,7 +131,8 @@ class _Compiler:
 
     # --- the tree ---------------------------------------------------------------------------
 
-    def node(self, value: Any, path: list[Any]) -> str:
+    def node(self, value: Any, path: list[Any], every: bool = False) -> str:
+        """``every``: the memories selected meet this node (it is ANDed at the top)."""
         if type(value) is not dict:
             raise self.error(path, "must be a JSON object")
         parts = []
@@ -116,8 +142,9 @@ class _Compiler:
                 self.count(here)
                 if type(child) is not list or not child:
                     raise self.error(here, "must be a non-empty array of filters")
+                anded = every and name == "$and"
                 joined = f" {name[1:].upper()} ".join(
-                    self.node(c, [*here, i]) for i, c in enumerate(child)
+                    self.node(c, [*here, i], anded) for i, c in enumerate(child)
                 )
                 parts.append(f"({joined})")
             elif name == "$not":
@@ -126,12 +153,12 @@ class _Compiler:
             elif name.startswith("$"):
                 raise self.error(here, f"is not an operator here (fields and {', '.join(LOGICAL)})")
             else:
-                parts.append(self.field_condition(name, child, here))
+                parts.append(self.field_condition(name, child, here, every))
         if not parts:
             return "true"
         return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
-    def field_condition(self, name: str, condition: Any, path: list[Any]) -> str:
+    def field_condition(self, name: str, condition: Any, path: list[Any], every: bool) -> str:
         if type(condition) is dict and any(k.startswith("$") for k in condition):
             if not all(k.startswith("$") for k in condition):
                 raise self.error(path, "mixes operators and fields")
@@ -139,6 +166,8 @@ class _Compiler:
         else:
             ops = [("$eq", condition)]
         column = self.column(name, path)
+        if every and column[0] == "json":
+            self.entry(name, ops)
         parts = [self.leaf(column, op, v, [*path, op]) for op, v in ops]
         return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
@@ -156,6 +185,21 @@ class _Compiler:
         if len(parts) > MAX_PATH_PARTS:
             raise self.error(path, f"is a path of more than {MAX_PATH_PARTS} keys")
         return "json", f"(m.metadata #> {self.param('text[]', parts)})"
+
+    def entry(self, name: str, ops: list[tuple[str, Any]]) -> None:
+        keys = name[len(METADATA_PREFIX) :] if name.startswith(METADATA_PREFIX) else name
+        if any(_INDEX_LIKE.fullmatch(k) for k in keys.split(".")):
+            return
+        for op, value in ops:
+            if op == "$eq" and type(value) in _SCALARS:
+                self.entries.append((keys, _json(value)))
+
+    def entries_sql(self) -> str | None:
+        if not self.entries:
+            return None
+        paths = self.param("text[]", [p for p, _ in self.entries])
+        values = self.param("jsonb[]", [v for _, v in self.entries])
+        return ENTRIES.format(actor_key=_ACTOR_KEY, paths=paths, values=values)
 
     # --- one operator on one field ------------------------------------------------------------
 
@@ -237,6 +281,8 @@ class _Compiler:
         return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
+# strtol's reading of an array index, as #> applies it (leading blanks, a sign, digits).
+_INDEX_LIKE = re.compile(r"\s*[+-]?[0-9]+\s*")
 _SCALAR_TYPES = {"text": "text", "time": "timestamptz", "json": "jsonb"}
 _ARRAY_TYPES = {"text": "text[]", "time": "timestamptz[]", "json": "jsonb[]"}
 
@@ -272,5 +318,6 @@ def compile_filter(
     if type(value) is dict and not value:
         return None
     compiler = _Compiler(fn, field, first, max_nodes)
-    sql = compiler.node(value, [])
-    return Compiled(sql, tuple(compiler.types), tuple(compiler.params), first)
+    sql = compiler.node(value, [], every=True)
+    entries = compiler.entries_sql()
+    return Compiled(sql, tuple(compiler.types), tuple(compiler.params), first, entries)

@@ -112,7 +112,11 @@ def memory_filter(fn: str, ns: Namespace, text: str | None, first: int) -> Any:
 # $22 how many memories holding every word are enough (ENOUGH_HOLDING_ALL times limit), $23 how
 # many of the best to skip (offset). A filter (filtering.py, its parameters from $24) is one more
 # condition of every source of candidates (filtering.SLOT): the best among the memories it selects,
-# never the best then filtered. An expired memory is none of them (expiry.py), swept or not.
+# never the best then filtered. Its equalities on metadata values are also asked of
+# memory_lexemes_idx with the words (at _ENTRIES; filtering.Compiled.index_condition): so a filter
+# that selects 1% of the actor's memories reads the memories it selects that hold the words, where
+# the words alone would read up to a hundred times as many, each then tested and dropped (bench
+# (l)). An expired memory is none of them (expiry.py), swept or not.
 #
 # BM25's statistics (how many current memories the actor has, and how many hold each lexeme) are
 # read from memory_lexeme, which a trigger keeps: one primary-key probe a word, exact at any size.
@@ -168,7 +172,7 @@ WITH counts AS (
        AND m.valid_to IS NULL
        AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-       AND m.lexeme_keys @> (SELECT r.keyed FROM required r)/*filter*/
+       AND m.lexeme_keys @> (SELECT r.keyed FROM required r)/*entries*//*filter*/
        AND m.lexemes @@ $21::tsquery
      LIMIT $13)
     UNION ALL
@@ -178,7 +182,7 @@ WITH counts AS (
        AND m.valid_to IS NULL
        AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
        AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-      /*filter*/
+      /*entries*//*filter*/
        AND m.lexeme_keys && (
            SELECT array_agg(t.keyed) FROM terms t
            WHERE t.df > 0
@@ -198,7 +202,7 @@ WITH counts AS (
           AND m.valid_to IS NULL
           AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())
           AND ($5::text IS NULL OR m.session_id = $5) AND ($6::text IS NULL OR m.agent_id = $6)
-          AND m.lexeme_keys @> ARRAY[t.keyed]/*filter*/
+          AND m.lexeme_keys @> ARRAY[t.keyed]/*entries*//*filter*/
         LIMIT (SELECT greatest($13 - count(*), 0) / $14 FROM holding_all)
     ) c
     WHERE (SELECT count(*) FROM holding_all) < $22
@@ -266,6 +270,7 @@ JOIN aidb_memory.memory m ON m.actor_key = $3 AND m.id = b.id
 WHERE b.score > 0
 ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
+_ENTRIES = "/*entries*/"
 _SEARCH_TYPES = (
     *("bigint", "text", "bigint", "int", "text", "text"),
     *("text[]", "text[]", "int[]", "int", "tsquery", "tsquery", "int", "int"),
@@ -479,6 +484,9 @@ def search(
     statement, types, extra = _SEARCH, _SEARCH_TYPES, ()
     if condition is not None:
         statement = _SEARCH.replace(filtering.SLOT, f"\n       AND {condition.sql}")
+        entries = condition.index_condition("$3")
+        if entries is not None:
+            statement = statement.replace(_ENTRIES, f"\n       AND {entries}")
         types, extra = types + condition.types, condition.params
     rows = db.execute(
         statement,

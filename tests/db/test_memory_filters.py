@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import APP_USER, Database
+from plans import memory_scans
 
 NS = "filtered"
 MISSING = object()
@@ -289,3 +290,85 @@ def test_search_offset_skips_the_best(db: Database) -> None:
             conn.execute(
                 "SELECT * FROM aidb_memory.search(%s, 'alice', 'tea', \"offset\" => %s)", (NS, bad)
             )
+
+
+# --- the index answers a filter's equalities (bench (l)) -----------------------------------------
+
+
+def _search_ids(db: Database, f: dict[str, Any]) -> set[str]:
+    rows = db.sql(
+        "SELECT id::text FROM aidb_memory.search(%s, 'alice', 'tea', \"limit\" => 100, "
+        "filter => %s)",
+        (NS, json.dumps(f)),
+        user=APP_USER,
+    )
+    return {r[0] for r in rows}
+
+
+def test_a_filtered_search_reads_only_the_memories_its_filter_selects(db: Database) -> None:
+    """A filter that keeps 1% of the memories holding the words: memory_lexemes_idx is asked for
+    the words and the filter's equality together, so the search reads the 20 memories it keeps,
+    not the 2,000 holding "tea" (where each was read and the filter tested on it)."""
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    db.sql(
+        "INSERT INTO aidb_memory.memory (actor_key, namespace_id, actor_id, content, "
+        "content_hash, lexemes, metadata) "
+        "SELECT aidb_memory.actor_key(%s, 'alice'), n.id, 'alice', 'tea fact ' || g, "
+        "md5('f' || g), to_tsvector('english', 'tea fact ' || g), "
+        'CASE WHEN g %% 100 = 0 THEN \'{"pinned": true, "n": 2}\'::jsonb '
+        '     ELSE \'{"pinned": false, "n": 2.0}\'::jsonb END '
+        "FROM aidb_memory.namespace n, generate_series(1, 2000) g WHERE n.name = %s",
+        (NS, NS),
+    )
+    db.sql("ANALYZE aidb_memory.memory")
+    query = "SELECT id FROM aidb_memory.search(%s, 'alice', 'tea', \"limit\" => 100, filter => %s)"
+    with db.connect() as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        scans = memory_scans(conn, query, (NS, json.dumps({"pinned": True, "n": 2})))
+    conditions = [
+        c.get("Index Cond", "") for s in scans for c in [s, *s.get("Plans", ())]
+    ]  # fmt: skip
+    assert any("metadata_entries" in c for c in conditions), conditions
+    # Each source of candidates (those holding every word; then each word's) reads the 20.
+    read = [s["Actual Rows"] for s in scans if s["Node Type"] == "Bitmap Heap Scan"]
+    removed = sum(s.get("Rows Removed by Filter", 0) for s in scans)
+    assert read and max(read) == 20 and removed == 0, (read, removed)
+    assert len(_search_ids(db, {"pinned": True, "n": 2})) == 20
+    assert len(_search_ids(db, {"pinned": False})) == 100, "the best 100 of 1,980"
+
+
+def test_what_the_index_holds_follows_the_metadata(db: Database) -> None:
+    """Numbers by value, nested objects by dotted path, arrays by index (not in the index: the
+    filter alone selects), a long string, and metadata changed by update_memory, by a keyed put
+    and by an UPDATE of the column: the filtered search finds what the filter selects, always."""
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+
+    def remember(text: str, metadata: dict[str, Any], key: str | None = None) -> str:
+        rows = db.sql(
+            "SELECT aidb_memory.remember(%s, 'alice', %s, metadata => %s, key => %s)::text",
+            (NS, text, json.dumps(metadata), key),
+            user=APP_USER,
+        )
+        return str(rows[0][0])
+
+    long = "x" * 3900
+    a = remember("tea one", {"n": 100, "f": 1.50, "a": {"b": {"c": "deep"}}, "s": long})
+    b = remember("tea two", {"tags": ["red", "blue"], "a": {"b": None}})
+    c = remember("tea three", {"who": "ann"}, key="k")
+    assert _search_ids(db, {"n": 1e2}) == _search_ids(db, {"n": 100.0}) == {a}
+    assert _search_ids(db, {"f": 1.5, "a.b.c": "deep", "s": long}) == {a}
+    assert _search_ids(db, {"a.b": None}) == {b}
+    assert _search_ids(db, {"tags.0": "red"}) == _search_ids(db, {"tags.-1": "blue"}) == {b}
+    assert _search_ids(db, {"who": "ann"}) == {c}
+    db.sql(
+        "SELECT * FROM aidb_memory.update_memory(%s, 'alice', %s, metadata => %s)",
+        (NS, a, json.dumps({"n": 7})),
+        user=APP_USER,
+    )
+    assert _search_ids(db, {"n": 100}) == set()
+    assert _search_ids(db, {"n": 7}) == {a}
+    assert remember("tea three again", {"who": "bo"}, key="k") == c
+    assert _search_ids(db, {"who": "ann"}) == set()
+    assert _search_ids(db, {"who": "bo"}) == {c}
+    db.sql('UPDATE aidb_memory.memory SET metadata = \'{"who": "cy"}\' WHERE public_id = %s', (b,))
+    assert _search_ids(db, {"who": "cy"}) == {b}

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import APP_USER, WORKER_USER, Database
 from fake_openai import FakeOpenAI, Reply
+from plans import memory_scans
 
 NS = "keyed"
 PROCESS = "CALL aidb_memory.process_events(max_events => %s, lease_s => 60, backoff_s => 0)"
@@ -292,32 +293,6 @@ def test_search_and_list_memories_return_the_key(ns: Database) -> None:
     ) == [(memory_id, "language")]
 
 
-def _scans(conn: psycopg.Connection[Any], query: str, params: Any) -> list[dict[str, Any]]:
-    """The scan nodes on aidb_memory.memory of every statement ``query`` runs (auto_explain)."""
-    notices: list[str] = []
-    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_analyze = on",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_format = 'json'",
-        "SET auto_explain.log_level = 'notice'",
-    ):
-        conn.execute(setting)
-    conn.execute(query, params).fetchall()
-    scans = []
-    for text in notices:
-        _, sep, body = text.partition("plan:")
-        stack = [json.loads(body)["Plan"]] if sep else []
-        while stack:
-            node = stack.pop()
-            stack.extend(node.get("Plans", ()))
-            if node.get("Relation Name") == "memory" and node.get("Alias") == "m":
-                scans.append(node)
-    return scans
-
-
 def test_a_memory_is_found_by_its_id_with_one_index_probe(ns: Database) -> None:
     """The generic plan of a read by id probes memory_public_id_key: when it was (actor_key,
     public_id), with the namespace and actor as keys or not, the plan scanned the actor's every
@@ -344,7 +319,7 @@ def test_a_memory_is_found_by_its_id_with_one_index_probe(ns: Database) -> None:
     for query, params in calls:
         with ns.connect() as conn:
             conn.execute("SET plan_cache_mode = force_generic_plan")
-            scans = _scans(conn, query, params)
+            scans = memory_scans(conn, query, params)
         probes = [s for s in scans if "public_id" in s.get("Index Cond", "")]
         seen = [(s.get("Index Name"), s.get("Index Cond"), s.get("Filter")) for s in scans]
         assert probes, (query, seen)

@@ -44,8 +44,43 @@ def test_equality_on_metadata_is_a_jsonb_comparison_with_parameters() -> None:
         "(coalesce((m.metadata #> $7::text[]) = $8::jsonb, false) AND "
         "coalesce((m.metadata #> $9::text[]) = $10::jsonb, false))"
     )
-    assert compiled.types == ("text[]", "jsonb", "text[]", "jsonb")
-    assert compiled.params == (["category"], '"preference"', ["address", "city"], '"Lisbon"')
+    assert compiled.types == ("text[]", "jsonb", "text[]", "jsonb", "text[]", "jsonb[]")
+    assert compiled.params == (
+        *(["category"], '"preference"', ["address", "city"], '"Lisbon"'),
+        *(["category", "address.city"], ['"preference"', '"Lisbon"']),
+    )
+    # Both equalities are asked of the index too (bench (l)), with the same values.
+    assert compiled.index_condition("$3") == (
+        "m.lexeme_keys @> aidb_memory.metadata_entries($3, $11::text[], $12::jsonb[])"
+    )
+
+
+def _entries(value: Any) -> list[tuple[str, str]]:
+    """(path, JSON value) of the equalities a filter asks memory_lexemes_idx for."""
+    compiled = _compile(value)
+    assert compiled is not None
+    if compiled.index_condition("$3") is None:
+        return []
+    paths, values = compiled.params[-2:]
+    return list(zip(paths, values, strict=True))
+
+
+def test_the_index_is_asked_only_for_equalities_every_selected_memory_meets() -> None:
+    assert _entries({"a": 1, "b": {"$eq": True}, "metadata.c.d": None}) == [
+        ("a", "1"),
+        ("b", "true"),
+        ("c.d", "null"),
+    ]
+    assert _entries({"$and": [{"a": "x"}, {"$and": [{"b": 2.5}]}]}) == [("a", '"x"'), ("b", "2.5")]
+    # An OR, a NOT, an order or a set, a column, an object or array value: no entry.
+    assert _entries({"$or": [{"a": 1}, {"b": 2}]}) == []
+    assert _entries({"$not": {"a": 1}}) == []
+    assert _entries({"a": {"$ne": 1}, "b": {"$gt": 1}, "c": {"$in": [1]}}) == []
+    assert _entries({"agent_id": "x", "created_at": {"$eq": "2025-01-01"}}) == []
+    assert _entries({"a": {"b": 1}, "c": [1, 2]}) == []
+    # A path part that #> may read as an array's index (the trigger walks no array).
+    assert _entries({"tags.0": "x", "tags.-1": "y", "t. +2": "z", "n": 1}) == [("n", "1")]
+    assert _entries({"a": {"$eq": 1, "$lt": 5}, "$or": [{"b": 1}]}) == [("a", "1")]
 
 
 def test_columns_and_operators() -> None:
