@@ -36,7 +36,8 @@ VECTOR_WINDOW = 1000
 # A memory whose cosine similarity to the query is at most this is not a vector candidate.
 MIN_COSINE = 0.0
 # An actor with at most this many memories (of any model, current or not: a count on an index
-# alone) is scanned exactly: ~5 ms for 5,000 vectors of 384 dimensions on the bench machine, where
+# alone, made only when the actor has fewer current memories than this) is scanned exactly:
+# ~5 ms for 5,000 vectors of 384 dimensions on the bench machine, where
 # 100,000 take ~100 ms; above it the HNSW index of the dimension answers, when there is one
 # (bench/README.md, (j)).
 EXACT_MAX = 5000
@@ -126,12 +127,21 @@ _CANDIDATES_TYPES = (
 # pgvector: how many memories the actor has, up to $4 (an index-only count on memory_actor_idx:
 # superseded ones and those of other models or dimensions too, an upper bound of what the exact
 # scan would compare), and whether the HNSW index of the dimension is there and valid ($5 its
-# name). $1 namespace, $2 actor, $3 the actor's key.
+# name). $1 namespace, $2 actor, $3 the actor's key. An actor with $4 current memories or more
+# (memory_lexeme's count of them, lexeme '', one probe) has at least that many: counted only
+# below, as reading up to $4 rows cost an actor of 100,000 memories ~1.7 ms of a ~9 ms search
+# (bench (j)).
 _SIZE = """
-SELECT (SELECT count(*) FROM (
-            SELECT 1 FROM aidb_memory.memory m
-            WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2
-            LIMIT $4) x) AS n,
+SELECT CASE WHEN coalesce((SELECT c.memories FROM aidb_memory.memory_lexeme c
+                           WHERE c.actor_key = $3 AND c.namespace_id = $1 AND c.actor_id = $2
+                             AND c.lexeme = ''
+                           LIMIT 1), 0) >= $4
+            THEN $4::bigint
+            ELSE (SELECT count(*) FROM (
+                      SELECT 1 FROM aidb_memory.memory m
+                      WHERE m.actor_key = $3 AND m.namespace_id = $1 AND m.actor_id = $2
+                      LIMIT $4) x)
+       END AS n,
        coalesce((SELECT i.indisvalid FROM pg_catalog.pg_index i
                  WHERE i.indexrelid = pg_catalog.to_regclass($5)), false) AS indexed
 """
