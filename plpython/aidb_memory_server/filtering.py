@@ -65,22 +65,30 @@ class Compiled:
     types: tuple[str, ...]
     params: tuple[Any, ...]
     first: int
-    # The filter's equalities on metadata values that every memory it selects holds, as
-    # memory.lexeme_keys keys them (ENTRIES, its parameters among these): None when it has none.
-    entries: str | None = None
+    # The filter's equalities on metadata values that every memory it selects meets, as
+    # (dotted path, JSON text of the value) pairs: what index_condition asks the index for.
+    entries: tuple[tuple[str, str], ...] = ()
 
     def at(self, first: int) -> str:
         """The SQL with its parameters numbered from ``$first`` instead (for another statement:
         its text holds no ``$`` but its placeholders')."""
         return _renumber(self.sql, first - self.first)
 
-    def index_condition(self, actor_key: str) -> str | None:
-        """A condition on ``m.lexeme_keys`` that every memory the filter selects meets (so that
-        memory_lexemes_idx answers it with a search's words), ``actor_key`` the SQL of the
-        actor's key; None when the filter has no equality on a metadata value."""
-        if self.entries is None:
+    def index_condition(
+        self, actor_key: str, first: int
+    ) -> tuple[str, tuple[str, ...], tuple[Any, ...]] | None:
+        """A condition on ``m.lexeme_keys`` that every memory the filter selects meets, so that
+        memory_lexemes_idx answers it with a search's words (ENTRIES), its parameters from
+        ``$first`` (with their types and values): ``actor_key`` is the SQL of the actor's key.
+        None when the filter has no such equality. Its parameters are apart from the filter's
+        own, so that a statement's text always tells its parameter types (db.execute keeps a
+        plan by its text)."""
+        if not self.entries:
             return None
-        return self.entries.replace(_ACTOR_KEY, actor_key)
+        sql = ENTRIES.format(actor_key=actor_key, paths=f"${first}", values=f"${first + 1}")
+        paths = [p for p, _ in self.entries]
+        values = [v for _, v in self.entries]
+        return sql, ("text[]", "jsonb[]"), (paths, values)
 
 
 def _renumber(sql: str, shift: int) -> str:
@@ -91,8 +99,9 @@ def _renumber(sql: str, shift: int) -> str:
 # (aidb_memory.actor_metadata): equality of a scalar reached through objects alone. A path part
 # that a JSON array could take as an index (PostgreSQL's #> reads "-1" as its last element) is
 # none of them.
-ENTRIES = "m.lexeme_keys @> aidb_memory.metadata_entries({actor_key}, {paths}, {values})"
-_ACTOR_KEY = "{actor_key}"
+ENTRIES = (
+    "m.lexeme_keys @> aidb_memory.metadata_entries({actor_key}, {paths}::text[], {values}::jsonb[])"
+)
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -193,13 +202,6 @@ class _Compiler:
         for op, value in ops:
             if op == "$eq" and type(value) in _SCALARS:
                 self.entries.append((keys, _json(value)))
-
-    def entries_sql(self) -> str | None:
-        if not self.entries:
-            return None
-        paths = self.param("text[]", [p for p, _ in self.entries])
-        values = self.param("jsonb[]", [v for _, v in self.entries])
-        return ENTRIES.format(actor_key=_ACTOR_KEY, paths=paths, values=values)
 
     # --- one operator on one field ------------------------------------------------------------
 
@@ -319,5 +321,6 @@ def compile_filter(
         return None
     compiler = _Compiler(fn, field, first, max_nodes)
     sql = compiler.node(value, [], every=True)
-    entries = compiler.entries_sql()
-    return Compiled(sql, tuple(compiler.types), tuple(compiler.params), first, entries)
+    return Compiled(
+        sql, tuple(compiler.types), tuple(compiler.params), first, tuple(compiler.entries)
+    )

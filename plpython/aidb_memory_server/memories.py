@@ -484,10 +484,11 @@ def search(
     statement, types, extra = _SEARCH, _SEARCH_TYPES, ()
     if condition is not None:
         statement = _SEARCH.replace(filtering.SLOT, f"\n       AND {condition.sql}")
-        entries = condition.index_condition("$3")
-        if entries is not None:
-            statement = statement.replace(_ENTRIES, f"\n       AND {entries}")
         types, extra = types + condition.types, condition.params
+        entries = condition.index_condition("$3", len(types) + 1)
+        if entries is not None:
+            statement = statement.replace(_ENTRIES, f"\n       AND {entries[0]}")
+            types, extra = types + entries[1], extra + entries[2]
     rows = db.execute(
         statement,
         types,

@@ -372,3 +372,26 @@ def test_what_the_index_holds_follows_the_metadata(db: Database) -> None:
     assert _search_ids(db, {"who": "bo"}) == {c}
     db.sql('UPDATE aidb_memory.memory SET metadata = \'{"who": "cy"}\' WHERE public_id = %s', (b,))
     assert _search_ids(db, {"who": "cy"}) == {b}
+
+
+def test_filters_of_one_text_with_and_without_index_entries_share_a_connection(
+    db: Database,
+) -> None:
+    """{"a": "x"} and {"a": ["x"]} compile to the same condition, and only the first has an
+    index entry (a scalar): a plan kept by its statement's text must not take the parameters of
+    the other (the entries' parameters are the search's alone, never the listing's)."""
+    db.sql("SELECT aidb_memory.init(%s)", (NS,))
+    for metadata in ({"a": "x"}, {"a": ["x"]}):
+        db.sql(
+            "SELECT aidb_memory.remember(%s, 'alice', %s, metadata => %s)",
+            (NS, f"tea with {json.dumps(metadata)}", json.dumps(metadata)),
+            user=APP_USER,
+        )
+    with db.connect(APP_USER) as conn:
+        for f, want in (({"a": "x"}, {"x"}), ({"a": ["x"]}, {"['x']"}), ({"a": "x"}, {"x"})):
+            for call in (
+                "SELECT metadata FROM aidb_memory.list_memories(%s, 'alice', filter => %s)",
+                "SELECT metadata FROM aidb_memory.search(%s, 'alice', 'tea', filter => %s)",
+            ):
+                rows = conn.execute(call, (NS, json.dumps(f))).fetchall()
+                assert {str(r[0]["a"]) for r in rows} == want, (call, f)
