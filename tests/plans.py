@@ -13,11 +13,11 @@ import psycopg
 ALIAS = re.compile(r"m(_[0-9]+)?")
 
 
-def memory_scans(conn: psycopg.Connection[Any], query: str, params: Any) -> list[dict[str, Any]]:
-    """The scan nodes on aidb_memory.memory (alias m, or m_2... in a statement that names it m
-    in several places) of every statement ``query`` runs, with the
-    nodes beneath each (a bitmap heap scan's index scans) under "Plans". ``conn`` must be a
-    superuser's (auto_explain is loaded into it)."""
+def nested_plans(
+    conn: psycopg.Connection[Any], query: str, params: Any
+) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    """Run ``query``; the analyzed plan of every statement it ran (nested ones too), and its
+    rows. ``conn`` must be a superuser's (auto_explain is loaded into it)."""
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     for setting in (
@@ -29,14 +29,23 @@ def memory_scans(conn: psycopg.Connection[Any], query: str, params: Any) -> list
         "SET auto_explain.log_level = 'notice'",
     ):
         conn.execute(setting)
-    conn.execute(query, params).fetchall()
-    scans = []
+    rows = conn.execute(query, params).fetchall()
+    plans = []
     for text in notices:
         _, sep, body = text.partition("plan:")
-        stack = [json.loads(body)["Plan"]] if sep else []
-        while stack:
-            node = stack.pop()
-            stack.extend(node.get("Plans", ()))
-            if node.get("Relation Name") == "memory" and ALIAS.fullmatch(node.get("Alias", "")):
-                scans.append(node)
+        if sep:
+            plans.append(json.loads(body)["Plan"])
+    return plans, rows
+
+
+def memory_scans(conn: psycopg.Connection[Any], query: str, params: Any) -> list[dict[str, Any]]:
+    """The scan nodes on aidb_memory.memory (alias m, or m_2... in a statement that names it m
+    in several places) of every statement ``query`` runs, with the nodes beneath each (a bitmap
+    heap scan's index scans) under "Plans"."""
+    stack, scans = nested_plans(conn, query, params)[0], []
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", ()))
+        if node.get("Relation Name") == "memory" and ALIAS.fullmatch(node.get("Alias", "")):
+            scans.append(node)
     return scans

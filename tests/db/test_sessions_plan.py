@@ -13,11 +13,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import APP_USER, Database, _create_database, _drop_database
+from plans import nested_plans
 
 NS = "plan"
 SID = "big"
@@ -112,30 +112,6 @@ def _expected(limit_chars: int | None, limit_turns: int | None) -> list[int]:
     return [h[0] for h in history[best:]]
 
 
-def _plans_of(
-    conn: psycopg.Connection[Any], query: str, params: Any
-) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-    """Run ``query`` with auto_explain reporting every nested statement's analyzed plan."""
-    notices: list[str] = []
-    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_analyze = on",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_format = 'json'",
-        "SET auto_explain.log_level = 'notice'",
-    ):
-        conn.execute(setting)
-    rows = conn.execute(query, params).fetchall()
-    plans = []
-    for text in notices:
-        _, sep, body = text.partition("plan:")
-        if sep:
-            plans.append(json.loads(body)["Plan"])
-    return plans, rows
-
-
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", ()):
@@ -169,7 +145,7 @@ def test_a_budgeted_read_range_scans_the_offset_index_within_the_budget(
     big: Database, limit_chars: int | None, limit_turns: int | None, max_rows: int
 ) -> None:
     with big.connect() as conn:
-        plans, rows = _plans_of(conn, GET, (NS, SID, limit_chars, limit_turns))
+        plans, rows = nested_plans(conn, GET, (NS, SID, limit_chars, limit_turns))
 
     (items, overflow, compacted, warnings), *more = rows
     assert more == []
