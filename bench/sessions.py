@@ -494,6 +494,13 @@ def open_paths(
     d_sync = connect(dsn)
     for conn in (a_ours, a_ref, b_ours, b_ref, c_ours, c_ref, d_sync):
         closing.callback(conn.close)
+    # The read references plan as session_get's read statement does (its plan_cache_mode): under
+    # `auto` their prepared statement ran generic plans (~4,300/s) until autovacuum analyzed
+    # `turn`, grown by (a)'s inserts, mid-run, then custom plans (~2,050/s, each call planned):
+    # two modes of the reference's own in one run (pg_prepared_statements' generic_plans and
+    # custom_plans; bench/README.md).
+    for conn in (b_ref, c_ref):
+        conn.execute("SET plan_cache_mode = force_generic_plan")
     aconn = runner.run(psycopg.AsyncConnection.connect(dsn, autocommit=True))
     closing.callback(lambda: runner.run(aconn.close()))
     peer = classes.session("d-peer", engine=engine, create_tables=True)
