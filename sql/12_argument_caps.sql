@@ -29,6 +29,8 @@ DECLARE
     key text;
     default_cap bigint;
     configured text;
+    ns_id bigint;
+    restricted boolean;
 BEGIN
     -- kind: 'json' (n characters of JSON, more than the namespace limit), 'json_fixed' (... the
     -- limit), 'query' (n characters, more than the namespace limit), 'longer' (is longer than),
@@ -75,8 +77,12 @@ BEGIN
     IF key IS NOT NULL THEN
         -- An unknown namespace has the defaults: the refusal does not wait for the lookup that
         -- would report it.
-        SELECT n.config OPERATOR(pg_catalog.->>) key INTO configured
+        SELECT n.config OPERATOR(pg_catalog.->>) key, n.id, n.restricted
+        INTO configured, ns_id, restricted
         FROM aidb_memory.namespace AS n WHERE n.name OPERATOR(pg_catalog.=) namespace;
+        IF restricted AND NOT aidb_memory.namespace_allows(ns_id) THEN
+            configured := NULL;  -- a caller the namespace refuses learns nothing of its config
+        END IF;
         cap := coalesce(configured::bigint, default_cap);
     END IF;
 END

@@ -37,27 +37,125 @@ COMMENT ON FUNCTION aidb_memory.namespace_update(text, jsonb, jsonb, text) IS
 'to null returns to its default); state is ACTIVE or INACTIVE. NULL arguments leave that part '
 'unchanged. Returns the updated row. Errors: 42704 unknown namespace, 22023 bad values.';
 
--- The view reads its rows through a SECURITY DEFINER function: on Citus, a view's query goes to
--- the shards (even of a reference table) as the caller, who has no privilege on them (Citus
--- issues 1683, 6161); the function reads them as its owner, as a view does on one server. Who
--- may read is the same: the roles granted the view get EXECUTE on its function (90_privileges).
-CREATE OR REPLACE FUNCTION aidb_memory.namespaces_rows()
-RETURNS TABLE (id bigint, name text, model_spec jsonb, config jsonb, state text,
-                created_at timestamptz, updated_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+-- Grants (issue 35): who may use a namespace that has any.
+
+-- The role a call is made as: the one SET ROLE chose, else the session's. Inside these SECURITY
+-- DEFINER functions current_user is their owner, and PostgreSQL keeps no other trace of the
+-- caller; the role setting is the caller's own, which a SECURITY DEFINER function cannot change
+-- (SET ROLE is refused in one). So a SECURITY DEFINER function of the application's own does not
+-- lend its owner's grants: the role calling it must be granted (docs/operations.md).
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_allows(namespace_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
-SELECT id, name, model_spec, config, state, created_at, updated_at
-FROM aidb_memory.namespace
+DECLARE
+    caller name := coalesce(nullif(current_setting('role'), 'none'), session_user);
+    ids oid[];
+    names name[];
+BEGIN
+    -- USAGE: the privileges of a role the caller is a member of with INHERIT, as PostgreSQL
+    -- grants a table's privileges through membership (a superuser has every role's). Admins
+    -- and workers are never refused.
+    IF pg_has_role(caller, 'aidb_admins', 'USAGE') OR pg_has_role(caller, 'aidb_workers', 'USAGE')
+    THEN
+        RETURN true;
+    END IF;
+    -- The grants, then the roles: two statements, so that on Citus the grants (a reference table)
+    -- and the roles (this node's catalog, whose OIDs the grants hold) are never one query.
+    SELECT array_agg(g.role_id), array_agg(g.role_name) INTO ids, names
+    FROM aidb_memory.namespace_grant AS g WHERE g.namespace_id = $1;
+    -- A grant holds while its role has the OID and the name it was granted with
+    -- (migrations/0027_namespace_grants.sql).
+    RETURN EXISTS (
+        SELECT 1 FROM unnest(ids, names) AS u(id, rolname)
+        JOIN pg_roles AS r ON r.oid = u.id AND r.rolname = u.rolname
+        WHERE pg_has_role(caller, u.id, 'USAGE'));
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.namespace_allows(bigint) IS
+'Internal: whether the calling role (SET ROLE''s, else the session''s) may use the namespace '
+'that has grants: a member of a granted role with its privileges (INHERIT), an admin or a worker. '
+'Every application function asks it of a namespace whose restricted flag is set.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_grant(namespace text, role text)
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ namespaces.namespace_grant $py$;
+COMMENT ON FUNCTION aidb_memory.namespace_grant(text, text) IS
+'Admin: let role (by its exact name) and the roles that have its privileges use the namespace. '
+'From its first grant on, a namespace is refused (42501) to every other application role; '
+'admins and workers keep their access. Effective at the next call of every session. True when '
+'the grant is new. Errors: 22004 NULL, 42704 unknown namespace or role.';
+
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_revoke(namespace text, role text)
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ namespaces.namespace_revoke $py$;
+COMMENT ON FUNCTION aidb_memory.namespace_revoke(text, text) IS
+'Admin: take back the grant of role (by the name it was granted under, or its name now). With '
+'the last grant gone the namespace is open to every aidb_users member again. True when there '
+'was such a grant. Errors: 22004 NULL, 42704 unknown namespace.';
+
+-- The view reads its rows through a SECURITY DEFINER function: on Citus, a view's query goes to
+-- the shards (even of a reference table) as the caller, who has no privilege on them (Citus
+-- issues 1683, 6161); the function reads them as its owner, as a view does on one server. Who
+-- may read is the same: the roles granted the view get EXECUTE on its function (90_privileges).
+-- An application role sees the namespaces it may use; admins see every one and its grants.
+CREATE OR REPLACE FUNCTION aidb_memory.namespaces_rows()
+RETURNS TABLE (id bigint, name text, model_spec jsonb, config jsonb, state text,
+                created_at timestamptz, updated_at timestamptz, granted_roles text[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    admin boolean := pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
+                                 'aidb_admins', 'USAGE');
+    usable bigint[] := '{}';
+    ns bigint;
+BEGIN
+    -- The namespaces with grants the caller may use, each asked in a statement of its own (not
+    -- in the query below: on Citus that query runs on a worker, as another role).
+    IF NOT admin THEN
+        FOR ns IN SELECT n.id FROM aidb_memory.namespace AS n WHERE n.restricted LOOP
+            IF aidb_memory.namespace_allows(ns) THEN
+                usable := usable || ns;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    SELECT n.id, n.name, n.model_spec, n.config, n.state, n.created_at, n.updated_at,
+           CASE WHEN admin
+                THEN ARRAY(SELECT g.role_name::text FROM aidb_memory.namespace_grant AS g
+                           WHERE g.namespace_id = n.id ORDER BY 1) END
+    FROM aidb_memory.namespace AS n
+    WHERE admin OR NOT n.restricted OR n.id = ANY (usable)
+    ORDER BY n.id;
+END
 $$;
 COMMENT ON FUNCTION aidb_memory.namespaces_rows() IS
-'Internal: the rows of the view aidb_memory.namespaces (its owner''s privileges).';
+'Internal: the rows of the view aidb_memory.namespaces (its owner''s privileges): the namespaces '
+'the caller may use, with their grants for admins.';
 
 CREATE OR REPLACE VIEW aidb_memory.namespaces AS
-SELECT id, name, model_spec, config, state, created_at, updated_at
+SELECT id, name, model_spec, config, state, created_at, updated_at, granted_roles
 FROM aidb_memory.namespaces_rows();
 COMMENT ON VIEW aidb_memory.namespaces IS
-'Every namespace with its model_spec, config and state (ACTIVE or INACTIVE).';
+'The namespaces the caller may use (every one for admins) with their model_spec, config and '
+'state (ACTIVE or INACTIVE); granted_roles: the roles granted each (empty: open to every '
+'aidb_users member), shown to admins only (NULL for others).';

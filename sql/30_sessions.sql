@@ -170,6 +170,7 @@ BEGIN
                 WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
             ) AS m ON true
             WHERE n.name = $1
+              AND NOT n.restricted
               AND greatest(length($2), length($3))
                   <= coalesce((n.config->>'max_identifier_chars')::int, 255)
               AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'

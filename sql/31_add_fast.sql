@@ -78,6 +78,9 @@ BEGIN
                     tail_joinable = false, tail_item_type = NULL
                 FROM aidb_memory.namespace AS n, agg
                 WHERE n.name = $1 AND n.state = 'ACTIVE'
+                  -- A namespace with grants goes to the Python path, which checks them (a
+                  -- statement on Citus's shards cannot: it runs there as another role).
+                  AND NOT n.restricted
                   AND agg.plain AND agg.n >= 1
                   AND agg.n <= coalesce((n.config->>'max_turns_per_add')::int, 1000)
                   AND agg.longest <= coalesce((n.config->>'max_turn_chars')::int, 100000)

@@ -55,6 +55,7 @@ BEGIN
                     ON m.actor_key = _key AND m.public_id = $3
                    AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
                 WHERE n.name = $1
+                  AND NOT n.restricted
                   AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                   AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
                        OR $2 = session_user)
@@ -70,6 +71,7 @@ BEGIN
                     ON m.actor_key = _key AND m.namespace_id = n.id AND m.actor_id = $2
                    AND m.key = $4 AND m.valid_to IS NULL
                 WHERE n.name = $1
+                  AND NOT n.restricted
                   AND greatest(length($2), length($4))
                       <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                   AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'

@@ -43,6 +43,8 @@ GRANT EXECUTE ON FUNCTION aidb_memory.namespace_drop(text, text) TO aidb_admins;
 GRANT EXECUTE ON FUNCTION
     aidb_memory.init(text, jsonb, jsonb),
     aidb_memory.namespace_update(text, jsonb, jsonb, text),
+    aidb_memory.namespace_grant(text, text),
+    aidb_memory.namespace_revoke(text, text),
     aidb_memory.runtime_info(),
     aidb_memory.catalog_fingerprint()
 TO aidb_admins;

@@ -66,7 +66,9 @@ JOIN aidb_memory.namespace n ON n.id = s.namespace_id
 -- Where a compaction task becomes due (compactor._remember); read, never locked.
 LEFT JOIN aidb_memory.compaction_ahead l ON l.actor_key = $5 AND l.session_ref = s.id\
 {_replay_join("$4", "$5")}
-WHERE n.name = $1
+-- A namespace with grants: only once check_namespace let the caller in ($6), so that a refused
+-- caller never holds a lock on another tenant's session.
+WHERE n.name = $1 AND (NOT n.restricted OR $6)
   AND s.actor_key = $5 AND s.namespace_id = n.id AND s.actor_id = $2 AND s.session_id = $3
 FOR NO KEY UPDATE OF s
 """
@@ -179,7 +181,7 @@ WITH s AS (
         pinned_chars = s.pinned_chars + CASE WHEN s.pinned_seq = s.next_seq - 1 THEN $16 ELSE 0 END
     FROM aidb_memory.namespace AS n
     WHERE n.name = $1 AND n.config = $2::jsonb AND n.model_spec = $3::jsonb
-      AND n.state = 'ACTIVE' AND session_user = $4
+      AND n.state = 'ACTIVE' AND session_user = $4 AND NOT n.restricted
       AND s.actor_key = $32 AND s.namespace_id = n.id AND s.actor_id = $5 AND s.session_id = $6
       AND s.closed_at IS NULL AND s.open_calls = '{}'
       AND NOT ($17 AND (s.tail_item_type = 'reasoning' OR right(s.tail_item_type, 5) = '_call'))
@@ -304,9 +306,12 @@ def add(
             return done
     actor_key = keys.actor_key(namespace_name, actor_id)
     row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key)
-    if row is None:  # a new session, or no such namespace
+    if row is None:  # a new session, no such namespace, or one with grants
         ns, actor = namespace(fn, namespace_name, actor_id, writing=True)
-        if session_id is not None:
+        let_in = ns.restricted  # the caller was let in: now the session may be locked
+        if let_in:
+            row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, True)
+        if row is None and session_id is not None:
             sid = identifier(fn, "session_id", session_id, ns.config["max_identifier_chars"])
             assert sid is not None
             _validate_batch(fn, ns, turns_json)  # refuse a bad batch before creating anything
@@ -315,11 +320,16 @@ def add(
                 fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
             )
             create_session(ns, actor, sid, agent)
-        row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key)
+            row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, let_in)
+        elif row is None:
+            row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, let_in)
     ns, actor = check_namespace(fn, namespace_name, row, actor_id, writing=True)
     if len(_known) >= _KNOWN_MAX:
         _known.clear()
-    _known[namespace_name] = row
+    if not ns.restricted:  # one with grants never takes _fast_add's one statement
+        _known[namespace_name] = row
+    else:
+        _known.pop(namespace_name, None)
     limit = ns.config["max_identifier_chars"]
     sid = identifier(fn, "session_id", session_id, limit, optional=True)
     agent = identifier(fn, "agent_id", agent_id, limit, optional=True)
@@ -447,10 +457,11 @@ def _first(
     session_id: str | None,
     idempotency_key: str | None,
     actor_key: int,
+    checked: bool = False,
 ) -> Any:
     """The general path's first statement: the namespace, with an earlier event of the
     idempotency key and, for a session, the session row locked; None when the namespace or the
-    session is missing."""
+    session is missing, or (unless the caller was ``checked``) the namespace has grants."""
     if session_id is None:
         return one(
             db.execute(
@@ -462,8 +473,8 @@ def _first(
     return one(
         db.execute(
             _LOCK_FOR_ADD if idempotency_key is not None else _UNKEYED[_LOCK_FOR_ADD],
-            ("text", "text", "text", "text", "bigint"),
-            (namespace_name, actor_id, session_id, idempotency_key, actor_key),
+            ("text", "text", "text", "text", "bigint", "boolean"),
+            (namespace_name, actor_id, session_id, idempotency_key, actor_key, checked),
         )
     )
 

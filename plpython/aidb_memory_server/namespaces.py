@@ -1,4 +1,5 @@
-"""Namespaces: ``init`` and ``namespace_update`` (SPEC §2). Admin functions."""
+"""Namespaces: ``init``, ``namespace_update``, ``namespace_grant`` and ``namespace_revoke``
+(SPEC §2, issue 35). Admin functions."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from typing import Any
 
 from aidb_memory_server import db, models, validation
-from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid
+from aidb_memory_server.errors import UNDEFINED_OBJECT, ApiError, invalid, required
 
 _INSERT = """
 INSERT INTO aidb_memory.namespace (name, model_spec, config)
@@ -122,3 +123,96 @@ def _require_text_search_config(fn: str, cfg: dict[str, Any]) -> None:
             f'names no text search configuration of pg_catalog ("{name}")',
             hint="SELECT cfgname FROM pg_catalog.pg_ts_config lists them (english, simple, ...)",
         )
+
+
+# --- grants (issue 35) -------------------------------------------------------------------------
+
+# The role by its exact name (not parsed as an identifier: "Sales" and sales are two roles).
+# PUBLIC is no role: an open namespace already is every aidb_users member's.
+_ROLE = (
+    "SELECT oid::bigint AS oid, rolname::text AS name FROM pg_catalog.pg_roles WHERE rolname = $1"
+)
+# Both in the statement that changes the grants, under the namespace row's lock (_LOCK): a
+# concurrent grant and revoke cannot leave `restricted` saying other than the grants.
+_GRANT = """
+INSERT INTO aidb_memory.namespace_grant (namespace_id, role_id, role_name, granted_by, granted_at)
+VALUES ($1, $2::bigint::oid, $3, session_user, $4)
+ON CONFLICT (namespace_id, role_id) DO UPDATE
+    SET role_name = EXCLUDED.role_name
+    WHERE aidb_memory.namespace_grant.role_name <> EXCLUDED.role_name
+RETURNING (xmax = 0) AS inserted
+"""
+# By the name it was granted under, or the role that has the name now (a renamed role).
+_REVOKE = """
+DELETE FROM aidb_memory.namespace_grant
+WHERE namespace_id = $1
+  AND (role_name = $2 OR role_id = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = $2))
+RETURNING role_id
+"""
+# Two statements rather than an UPDATE with a subquery: Citus plans neither a VOLATILE function
+# nor every subquery in an UPDATE of a reference table.
+_HAS_GRANTS = (
+    "SELECT EXISTS (SELECT 1 FROM aidb_memory.namespace_grant WHERE namespace_id = $1) AS e"
+)
+_RESTRICTED = "UPDATE aidb_memory.namespace SET restricted = $2 WHERE id = $1 AND restricted <> $2"
+
+
+def _keep_restricted(ns_id: int) -> None:
+    """namespace.restricted as the grants now say (the row is locked by _locked)."""
+    has = bool(db.execute(_HAS_GRANTS, ("bigint",), (ns_id,))[0]["e"])
+    db.execute(_RESTRICTED, ("bigint", "boolean"), (ns_id, has))
+
+
+# NO KEY: an application's open transaction that wrote a session or a memory holds a KEY SHARE
+# lock on the namespace row (their foreign keys); a grant waits for no application.
+_LOCK_GRANTS = _SELECT + "FOR NO KEY UPDATE"
+
+
+def _locked(fn: str, name: str | None) -> tuple[int, str]:
+    """The namespace's id, its row locked against other grants until the transaction ends; 42704
+    if there is none."""
+    name = validation.namespace_name(fn, name)
+    rows = db.execute(_LOCK_GRANTS, ("text",), (name,))
+    if not rows.nrows():
+        raise ApiError(
+            UNDEFINED_OBJECT,
+            f'aidb_memory.{fn}: namespace "{name}" does not exist',
+            hint="create it with aidb_memory.init",
+        )
+    return int(rows[0]["id"]), name
+
+
+def namespace_grant(namespace: str | None, role: str | None) -> bool:
+    """Let ``role`` (and the roles that have its privileges) use the namespace; from the first
+    grant on, no other application role may. True when the grant is new."""
+    fn = "namespace_grant"
+    if role is None:
+        raise required(fn, "role")
+    ns_id, _ = _locked(fn, namespace)
+    found = db.execute(_ROLE, ("text",), (role,))
+    if not found.nrows():
+        raise ApiError(
+            UNDEFINED_OBJECT,
+            f"aidb_memory.{fn}: role {json.dumps(role[:200])} does not exist",
+            hint="name a role as pg_roles spells it (SELECT rolname FROM pg_roles)",
+        )
+    r = found[0]
+    done = db.execute(
+        _GRANT,
+        ("bigint", "bigint", "text", "timestamptz"),
+        (ns_id, r["oid"], r["name"], db.clock()),
+    )
+    _keep_restricted(ns_id)
+    return bool(done.nrows() and done[0]["inserted"])
+
+
+def namespace_revoke(namespace: str | None, role: str | None) -> bool:
+    """Take back a grant (by the role's name as granted: a role dropped since can still be
+    revoked). With the last one gone the namespace is open again. True when there was one."""
+    fn = "namespace_revoke"
+    if role is None:
+        raise required(fn, "role")
+    ns_id, _ = _locked(fn, namespace)
+    gone = db.execute(_REVOKE, ("bigint", "text"), (ns_id, role))
+    _keep_restricted(ns_id)
+    return bool(gone.nrows())

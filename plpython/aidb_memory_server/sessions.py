@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 
 # What every session function reads of its namespace (alias n), which Namespace() takes.
 # session_user comes with it on every call: SET SESSION AUTHORIZATION changes it within a
-# connection, so it must not be remembered.
+# connection, so it must not be remembered. restricted: the namespace has grants, which
+# check_namespace asks aidb_memory.namespace_allows about in a statement of its own (issue 35): in
+# a statement that reads a per-actor table, Citus would run it on a worker, as another role.
 NS_COLUMNS = """n.id, n.state, n.config::text AS config, n.model_spec::text AS model_spec,
-       session_user::text AS caller"""
+       session_user::text AS caller, n.restricted"""
+_ALLOWS = "SELECT aidb_memory.namespace_allows($1) AS ok"
 _NAMESPACE = f"SELECT {NS_COLUMNS}\nFROM aidb_memory.namespace n WHERE n.name = $1"
 # The settings a read uses, selected as text by the read's query (Namespace.setting): a read
 # parses no JSON. Values the config validation accepted only (ints, booleans, strings).
@@ -53,13 +56,14 @@ class Namespace:
     settings it needs from columns of its own query (:meth:`setting`), so it never parses JSON
     (nor imports json, docs/architecture.md, "Loading the code")."""
 
-    __slots__ = ("_parsed", "_row", "caller", "id", "name", "state")
+    __slots__ = ("_parsed", "_row", "caller", "id", "name", "restricted", "state")
 
     def __init__(self, name: str, row: Any) -> None:
         self.name = name
         self.id = int(row["id"])
         self.state = row["state"]
         self.caller = row["caller"]
+        self.restricted = bool(row["restricted"])
         self._row = row
         self._parsed: tuple[dict[str, Any], dict[str, Any]] | None = None
 
@@ -148,6 +152,13 @@ def check_namespace(
             UNDEFINED_OBJECT,
             f"aidb_memory.{fn}: namespace {quote(name)} does not exist",
             hint="an admin creates it with aidb_memory.init",
+        )
+    if row["restricted"] and not db.execute(_ALLOWS, ("bigint",), (row["id"],))[0]["ok"]:
+        # Nothing of the namespace but its name: not whether the actor or a session exists.
+        raise ApiError(
+            INSUFFICIENT_PRIVILEGE,
+            f"aidb_memory.{fn}: permission denied for namespace {quote(name)}",
+            hint="an admin grants it to a role of yours with aidb_memory.namespace_grant",
         )
     ns = Namespace(name, row)
     actor = identifier(fn, "actor_id", actor_id, ns.setting("max_identifier_chars"))

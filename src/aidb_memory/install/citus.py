@@ -38,6 +38,7 @@ ANCHOR = "session"  # the first per-actor table: the co-location group of every 
 
 REFERENCE_TABLES = (
     "namespace",
+    "namespace_grant",
     "model",
     "secret",
     "audit_key",
