@@ -34,10 +34,11 @@ FOREIGN_KEYS = {
 def test_every_table_is_distributed_once_in_the_expected_way() -> None:
     statements = citus.statements()
     tables = [s.table for s in statements]
-    assert len(tables) == len(set(tables)) == 22
+    assert len(tables) == len(set(tables)) == 23
     kinds = {s.table: s.kind for s in statements}
     assert {t for t, k in kinds.items() if k == "reference"} == {
         "namespace",
+        "namespace_grant",
         "model",
         "secret",
         "audit_key",
