@@ -108,6 +108,26 @@ COMMENT ON FUNCTION aidb_memory.namespace_revoke(text, text) IS
 'the last grant gone the namespace is open to every aidb_users member again. True when there '
 'was such a grant. Errors: 22004 NULL, 42704 unknown namespace.';
 
+CREATE OR REPLACE FUNCTION aidb_memory.list_actors(
+    namespace text,
+    prefix text DEFAULT NULL,
+    "limit" integer DEFAULT 100,
+    after text DEFAULT NULL
+)
+RETURNS TABLE (actor_id text)
+LANGUAGE plpython3u STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $py$ listing.list_actors $py$;
+COMMENT ON FUNCTION aidb_memory.list_actors(text, text, integer, text) IS
+'The actors of a namespace with grants (those with a session or a current memory), in code-point '
+'order: those starting with prefix, after the actor after (the last of the previous page), limit '
+'1..1000 a page. For the roles the namespace is granted to (and admins); a namespace without '
+'grants is refused (55000): there it would show every tenant''s users to every application. '
+'Errors: 22004, 22023 bad limit or argument, 42704, 42501, 55000.';
+
 -- The view reads its rows through a SECURITY DEFINER function: on Citus, a view's query goes to
 -- the shards (even of a reference table) as the caller, who has no privilege on them (Citus
 -- issues 1683, 6161); the function reads them as its owner, as a view does on one server. Who

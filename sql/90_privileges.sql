@@ -35,7 +35,8 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.update_memory(text, text, uuid, text, jsonb, text),
     aidb_memory.memory_history(text, text, uuid),
     aidb_memory.delete(text, text, jsonb, text, text, text),
-    aidb_memory.forget(text, text, text)
+    aidb_memory.forget(text, text, text),
+    aidb_memory.list_actors(text, text, integer, text)
 TO aidb_users;
 GRANT EXECUTE ON FUNCTION aidb_memory.namespace_drop(text, text) TO aidb_admins;
 

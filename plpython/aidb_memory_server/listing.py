@@ -1,6 +1,6 @@
 """``list_memories`` (SPEC §5): the actor's memories, newest first, a page at a time (issue 34:
 a cursor, and search's filters), and the row of one memory that get_memory and update_memory
-(addressed.py) return too.
+(addressed.py) return too; ``list_actors`` (issue 35): a namespace's actors, for its tenant.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from aidb_memory_server import db, filtering, keys
-from aidb_memory_server.errors import invalid
+from aidb_memory_server.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, ApiError, invalid
 from aidb_memory_server.memories import filters, limit_argument, memory_filter
-from aidb_memory_server.sessions import namespace
+from aidb_memory_server.sessions import identifier, namespace, namespace_of, quote
 
 LIST_MAX = 1000
 LIST_DEFAULT = 50
@@ -97,3 +97,58 @@ def list_memories(
         _LIST.replace("/*after*/", cursor).replace(filtering.SLOT, where), types, params
     )
     return [dict(r) for r in rows]
+
+
+# --- list_actors (issue 35) -------------------------------------------------------------------
+
+ACTORS_MAX = 1000
+ACTORS_DEFAULT = 100
+# The actors of a namespace: those with a session and those with a current memory (memory_lexeme's
+# '' row, which exists while the actor has one), each in code-point order from a bound: two
+# statements (on Citus each spans the shards; a UNION of the two would not be planned there),
+# merged here. $2: the prefix (every actor starting with it is >= it), $3 the cursor (exclusive),
+# $4 the page. The indexes (migrations/0028_list_actors.sql) are in the same order (COLLATE "C"),
+# on namespace_id + 0: only these statements use them.
+_ACTORS = """
+-- spans actors: list_actors pages a namespace's actors for the role it is granted to
+SELECT DISTINCT t.actor_id COLLATE "C" AS actor_id FROM aidb_memory.{table} t
+WHERE t.namespace_id + 0 = $1{only}
+  AND t.actor_id COLLATE "C" >= $2 AND t.actor_id COLLATE "C" > $3
+  AND pg_catalog.starts_with(t.actor_id, $2)
+ORDER BY 1
+LIMIT $4
+"""
+_ACTOR_STATEMENTS = (
+    _ACTORS.format(table="session", only=""),
+    _ACTORS.format(table="memory_lexeme", only="\n  AND t.lexeme = ''"),
+)
+
+
+def list_actors(
+    namespace_name: str | None, prefix: str | None, limit: int | None, after: str | None
+) -> list[str]:
+    """The namespace's actors (with a session or a current memory) in code-point order, those
+    starting with ``prefix``, after the actor ``after`` (the last of the previous page). Only in
+    a namespace with grants, for its roles: in an open one it would show every tenant's users to
+    every application."""
+    fn = "list_actors"
+    ns = namespace_of(fn, namespace_name)
+    if not ns.restricted:
+        raise ApiError(
+            OBJECT_NOT_IN_PREREQUISITE_STATE,
+            f"aidb_memory.{fn}: namespace {quote(ns.name)} has no grants",
+            hint="actors are listed only in a namespace granted to its application's roles "
+            "(an admin grants it with aidb_memory.namespace_grant)",
+        )
+    n = limit_argument(fn, limit, ACTORS_DEFAULT, ACTORS_MAX)
+    cap = ns.setting("max_identifier_chars")
+    start = identifier(fn, "prefix", prefix, cap, optional=True) if prefix != "" else ""
+    cursor = identifier(fn, "after", after, cap, optional=True)
+    params = (ns.id, start or "", cursor or "", n)
+    found: set[str] = set()
+    for sql in _ACTOR_STATEMENTS:
+        rows = db.execute(sql, ("bigint", "text", "text", "int"), params)
+        found.update(r["actor_id"] for r in rows)
+    # Code-point order, as the statements' COLLATE "C": Python compares str by code point.
+    # One column: PL/Python takes each value as the row.
+    return sorted(found)[:n]

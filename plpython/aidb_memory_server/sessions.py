@@ -143,10 +143,8 @@ def identifier(
     return value
 
 
-def check_namespace(
-    fn: str, name: str, row: Any, actor_id: str | None, *, writing: bool
-) -> tuple[Namespace, str]:
-    """Check a fetched namespace row (or None) and the actor against it."""
+def usable_namespace(fn: str, name: str, row: Any) -> Namespace:
+    """A fetched namespace row (or None) the caller may use, or 42704 / 42501."""
     if row is None or row["id"] is None:
         raise ApiError(
             UNDEFINED_OBJECT,
@@ -160,7 +158,14 @@ def check_namespace(
             f"aidb_memory.{fn}: permission denied for namespace {quote(name)}",
             hint="an admin grants it to a role of yours with aidb_memory.namespace_grant",
         )
-    ns = Namespace(name, row)
+    return Namespace(name, row)
+
+
+def check_namespace(
+    fn: str, name: str, row: Any, actor_id: str | None, *, writing: bool
+) -> tuple[Namespace, str]:
+    """Check a fetched namespace row (or None) and the actor against it."""
+    ns = usable_namespace(fn, name, row)
     actor = identifier(fn, "actor_id", actor_id, ns.setting("max_identifier_chars"))
     assert actor is not None
     if ns.setting("actor_binding") == "session_user" and actor != ns.caller:
@@ -177,6 +182,14 @@ def check_namespace(
             hint="an admin can reactivate it with aidb_memory.namespace_update",
         )
     return ns, actor
+
+
+def namespace_of(fn: str, name: str | None) -> Namespace:
+    """Resolve a namespace the caller may use, for a function that names no actor."""
+    if name is None:
+        raise required(fn, "namespace")
+    rows = db.execute(_NAMESPACE, ("text",), (name,))
+    return usable_namespace(fn, name, rows[0] if rows.nrows() else None)
 
 
 def namespace(

@@ -102,6 +102,7 @@ CASES: dict[str, Case] = {
     "namespace_update": Case(
         ADMIN_USER, "SELECT * FROM aidb_memory.namespace_update('no-such-ns')", "42704"
     ),
+    "list_actors": Case(APP_USER, "SELECT * FROM aidb_memory.list_actors('nope')", "42704"),
     "namespace_grant": Case(
         ADMIN_USER, "SELECT aidb_memory.namespace_grant('no-such-ns', 'admin_user')", "42704"
     ),

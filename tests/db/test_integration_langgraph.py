@@ -3,7 +3,7 @@ real langgraph. Items are memories: put stores any JSON object as a memory's met
 application's key (remember with a key: found at once, no model; a repeated key is a put in
 place), get reads it by its key (one probe), the namespace's tuple names the aidb namespace, the
 actor and a sub-namespace (kept apart by the key), search filters by the server, pages without a
-ceiling (no query) or within search's bounds, list_namespaces lists one actor's sub-namespaces,
+ceiling (no query) or within search's bounds, list_namespaces lists an actor's sub-namespaces,
 memories made outside the store are items too, what cannot be honoured is refused, async too, and
 a compiled graph uses it as its store.
 
@@ -35,7 +35,7 @@ from langgraph.store.base import (
 )
 from psycopg_pool import AsyncConnectionPool
 
-from aidb_memory.client import InvalidArgument, Memory
+from aidb_memory.client import AidbMemoryError, InvalidArgument, Memory
 from aidb_memory.integrations.langgraph import DEFAULT_DELETE_REASON, AidbStore
 from conftest import APP_USER, Database
 from fake_openai import FakeOpenAI
@@ -459,7 +459,8 @@ def test_namespace_layouts(dsn: str, memory: Memory) -> None:
     assert [i.key for i in third.search(("memories", "erin"))] == ["m2", "m1"]
     with pytest.raises(InvalidNamespaceError, match="actor"):
         third.search(("memories",))
-    with pytest.raises(NotImplementedError, match="list_actors"):
+    # Every actor's: list_actors, which an open namespace refuses.
+    with pytest.raises(AidbMemoryError, match="has no grants"):
         third.list_namespaces(prefix=("memories",))
     for bad in ({"actor_position": 0}, {"actor_position": -1}, {"namespace": ""}):
         with pytest.raises(ValueError, match="AidbStore"):
@@ -495,11 +496,35 @@ def test_list_namespaces_of_one_actor(store: AidbStore) -> None:
         (MatchCondition("prefix", (NS, "*", "a")), MatchCondition("prefix", ERIN))
     )
     assert store.batch([both]) == [[(*ERIN, "a"), (*ERIN, "a", "x")]]
-    for prefix in (None, (NS,), (NS, "*"), ("*", "erin")):
-        with pytest.raises(NotImplementedError, match="list_actors"):
+    for prefix in (None, ("*", "erin")):
+        with pytest.raises(NotImplementedError, match="names the aidb_memory namespace"):
             store.list_namespaces(prefix=prefix)
-    with pytest.raises(NotImplementedError, match="list_actors"):
+    with pytest.raises(NotImplementedError, match="names the aidb_memory namespace"):
         store.list_namespaces(suffix=ERIN)
+
+
+def test_list_namespaces_of_every_actor(db: Database, store: AidbStore) -> None:
+    """Without an actor in the prefix: every actor's, through list_actors, which lists only in a
+    namespace with grants (issue 35)."""
+    for place in [(*ERIN, "a"), (NS, "fred", "a"), (NS, "gail", "b", "c")]:
+        store.put(place, "k", {"v": 1})
+    for prefix in ((NS,), (NS, "*")):
+        with pytest.raises(AidbMemoryError, match="has no grants"):
+            store.list_namespaces(prefix=prefix)
+    db.sql("SELECT aidb_memory.namespace_grant(%s, %s)", (NS, APP_USER))
+    everyone = [
+        ERIN,
+        (*ERIN, "a"),
+        (NS, "fred"),
+        (NS, "fred", "a"),
+        (NS, "gail", "b", "c"),
+    ]
+    assert store.list_namespaces(prefix=(NS,)) == everyone
+    assert store.list_namespaces(prefix=(NS, "*")) == everyone
+    assert store.list_namespaces(prefix=(NS, "*", "a")) == [(*ERIN, "a"), (NS, "fred", "a")]
+    assert store.list_namespaces(prefix=(NS,), max_depth=2) == [ERIN, (NS, "fred"), (NS, "gail")]
+    assert store.list_namespaces(prefix=(NS,), suffix=("c",)) == [(NS, "gail", "b", "c")]
+    assert store.list_namespaces(prefix=(NS,), limit=2, offset=1) == [(*ERIN, "a"), (NS, "fred")]
 
 
 def test_what_cannot_be_honoured_is_refused(store: AidbStore, memory: Memory) -> None:

@@ -52,6 +52,7 @@ CALLS: dict[str, str] = {
     "delete": "SELECT aidb_memory.delete(%(ns)s, %(actor)s, '{\"all\": true}'::jsonb, 'asked')",
     "forget": "SELECT aidb_memory.forget(%(ns)s, %(actor)s, 'asked')",
     "status": "SELECT aidb_memory.status(%(ns)s, %(actor)s, %(event)s::uuid)",
+    "list_actors": "SELECT * FROM aidb_memory.list_actors(%(ns)s)",
 }
 # What the tables hold, as the superuser sees it: a refused call must change none of it.
 STATE = """
@@ -335,3 +336,41 @@ def test_a_refusal_says_one_line_and_its_hint(db: Database, tenants: dict[str, A
     )
     for part in (d.message_primary, d.message_hint, d.context):
         assert "Traceback" not in (part or "") and "SELECT" not in (part or "")
+
+
+def test_list_actors_pages_a_granted_namespace_and_only_one(
+    db: Database, tenants: dict[str, Any]
+) -> None:
+    """Its tenant lists the namespace's actors (with a session, or a memory only), by prefix and
+    a page at a time; an open namespace is refused to everyone, as it would show every
+    tenant's users."""
+    sales = tenants["sales"]
+    with db.connect(sales) as c:
+        for actor in ("amy", "ann", "bea", "Zed", "é"):
+            c.execute(CALLS["add"], {**_params(tenants), "actor": actor})
+        c.execute("SELECT aidb_memory.remember(%s, 'memo-only', 'likes jam')", (NS,))
+
+        def listed(**kw: Any) -> list[str]:
+            sql = (
+                "SELECT actor_id FROM aidb_memory.list_actors(%(ns)s, %(prefix)s, %(n)s, %(after)s)"
+            )
+            args = {"ns": NS, "prefix": None, "n": 100, "after": None, **kw}
+            return [r[0] for r in c.execute(sql, args).fetchall()]
+
+        everyone = sorted(["amy", "ann", "bea", "Zed", "é", "memo-only", ACTOR])
+        assert listed() == everyone  # code-point order: "Zed" < "amy" < "é"
+        assert listed(prefix="a") == ["amy", "ann"]
+        assert listed(n=2) == everyone[:2]
+        assert listed(n=2, after=everyone[1]) == everyone[2:4]
+        assert listed(prefix="a", after="amy") == ["ann"]
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="limit"):
+            listed(n=0)
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="has no grants"):
+            c.execute("SELECT * FROM aidb_memory.list_actors(%s)", (OPEN,))
+    # Forgetting an actor's only memory and its sessions takes it off the list.
+    with db.connect(sales) as c:
+        c.execute("SELECT aidb_memory.forget(%s, 'memo-only', 'asked')", (NS,))
+        names = [r[0] for r in c.execute("SELECT * FROM aidb_memory.list_actors(%s)", (NS,))]
+        assert "memo-only" not in names and "amy" in names
+    with db.connect(ADMIN_USER) as c:
+        assert c.execute("SELECT count(*) FROM aidb_memory.list_actors(%s)", (NS,)).fetchone()

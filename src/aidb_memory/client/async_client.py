@@ -361,6 +361,18 @@ class AsyncMemory:
             )
         )
 
+    async def list_actors(
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[str]:
+        """The actors of a namespace granted to the caller's role, in code-point order, a page
+        at a time (``after``: the last actor of the previous page)."""
+        return await self._run(calls.list_actors(namespace, prefix, limit, after))
+
     async def get_memory(
         self,
         namespace: str,

@@ -414,6 +414,26 @@ def list_memories(
     )
 
 
+def _actors(rows: Rows) -> list[str]:
+    return [row[0] for row in rows]
+
+
+def list_actors(
+    namespace: str, prefix: str | None, limit: int | None, after: str | None
+) -> Call[list[str]]:
+    return _call(
+        "list_actors",
+        ("actor_id",),
+        [
+            ("namespace", "text", namespace, True),
+            ("prefix", "text", prefix, False),
+            ("limit", "integer", limit, False),
+            ("after", "text", after, False),
+        ],
+        _actors,
+    )
+
+
 def _record(rows: Rows) -> MemoryRecord | None:
     records = _records(rows)
     return records[0] if records else None

@@ -325,6 +325,18 @@ class Memory:
             )
         )
 
+    def list_actors(
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[str]:
+        """The actors of a namespace granted to the caller's role, in code-point order, a page
+        at a time (``after``: the last actor of the previous page)."""
+        return self._run(calls.list_actors(namespace, prefix, limit, after))
+
     def get_memory(
         self,
         namespace: str,

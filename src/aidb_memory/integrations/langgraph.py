@@ -70,11 +70,13 @@ field is absent (a None, a ``$ne``: "is an object" is not expressible), a nested
 reads as an array index (``"0"``), a list holding an object. A keyless memory's ``content``,
 ``agent_id`` and ``session_id`` are columns, not metadata: a filter does not reach them.
 
-**list_namespaces** lists one actor's sub-namespaces that hold items, as InMemoryStore lists
-(prefix and suffix conditions with ``*``, ``max_depth``, ``limit``, ``offset``, sorted): a prefix
-condition must name the aidb namespace (without the ``namespace`` setting) and the actor, and
-their items' keys are read (1,000 a call). The SQL API cannot list actors yet (a later issue adds
-``list_actors``): any other listing raises ``NotImplementedError``.
+**list_namespaces** lists the namespaces that hold items, as InMemoryStore lists (prefix and
+suffix conditions with ``*``, ``max_depth``, ``limit``, ``offset``, sorted). A prefix condition
+must name the aidb namespace (unless the store has the ``namespace`` setting; else
+``NotImplementedError``). When it names the actor too, that actor's items' keys are read (1,000 a
+call); otherwise every actor's, as ``list_actors`` pages them: only in a namespace granted to the
+store's role (``namespace_grant``), since in an open one the server lists no actors (55000, an
+``AidbMemoryError``).
 
 ``batch`` runs its operations in order, each through its own calls of the client (InMemoryStore
 applies a batch's puts after its reads); an operation that is refused is refused before any of
@@ -468,24 +470,29 @@ class AidbStore(BaseStore):
     def _plan_list_namespaces(self, op: ListNamespacesOp) -> Plan:
         conditions = tuple(op.match_conditions or ())
         layout = self._layout
+        # A prefix condition that names the aidb namespace, and the actor if one does.
+        chosen: tuple[tuple[str, ...], bool] | None = None
         for condition in conditions:
-            path = condition.path
-            if (
-                condition.match_type == "prefix"
-                and len(path) > layout.actor
-                and all(path[i] != "*" for i in layout.fixed)
+            path = tuple(condition.path)
+            if condition.match_type != "prefix" or (
+                layout.namespace is None and (not path or path[0] == "*")
             ):
+                continue
+            if len(path) > layout.actor and all(path[i] != "*" for i in layout.fixed):
+                chosen = (path, True)
                 break
-        else:
+            if chosen is None:
+                chosen = (path, False)
+        if chosen is None and layout.namespace is not None:
+            chosen = ((), False)
+        if chosen is None:
             raise NotImplementedError(
-                "AidbStore.list_namespaces: aidb_memory's SQL API lists no actors yet (a later "
-                "issue adds list_actors), so it lists one actor's namespaces: pass a prefix that "
-                "names the "
-                + ("namespace and the actor" if layout.namespace is None else "actor")
-                + f" (the actor at position {layout.actor})"
+                "AidbStore.list_namespaces: pass a prefix condition that names the aidb_memory "
+                "namespace (position 0), or make the store with namespace=...: the store lists "
+                "the actors of one namespace"
             )
+        path, one_actor = chosen
         aidb = layout.namespace if layout.namespace is not None else path[0]
-        actor = path[layout.actor]
         # The sub-namespace labels the prefix fixes, up to its first wildcard: a key range.
         sub_prefix: list[str] = []
         for i, label in enumerate(path):
@@ -494,16 +501,43 @@ class AidbStore(BaseStore):
             if label == "*":
                 break
             sub_prefix.append(label)
-        return self._list_namespaces(aidb, actor, tuple(sub_prefix), conditions, op)
+        if one_actor:
+            found = yield from self._actor_namespaces(
+                aidb, path[layout.actor], tuple(sub_prefix), conditions
+            )
+        else:
+            found = yield from self._all_namespaces(aidb, tuple(sub_prefix), conditions)
+        if op.max_depth is not None:
+            listed = sorted({namespace[: op.max_depth] for namespace in found})
+        else:
+            listed = sorted(found)
+        return listed[op.offset : op.offset + op.limit]
 
-    def _list_namespaces(
+    def _all_namespaces(
+        self, aidb: str, sub_prefix: tuple[str, ...], conditions: tuple[MatchCondition, ...]
+    ) -> Generator[_Call, Any, set[tuple[str, ...]]]:
+        """Every actor's namespaces (``list_actors``: only in a namespace granted to the store's
+        role; in an open one the server refuses, 55000)."""
+        found: set[tuple[str, ...]] = set()
+        after: str | None = None
+        while True:
+            actors: list[str] = yield _Call(
+                "list_actors", (aidb,), {"limit": MAX_LIST, "after": after}
+            )
+            for actor in actors:
+                found |= yield from self._actor_namespaces(aidb, actor, sub_prefix, conditions)
+            if len(actors) < MAX_LIST:
+                return found
+            after = actors[-1]
+
+    def _actor_namespaces(
         self,
         aidb: str,
         actor: str,
         sub_prefix: tuple[str, ...],
         conditions: tuple[MatchCondition, ...],
-        op: ListNamespacesOp,
-    ) -> Plan:
+    ) -> Generator[_Call, Any, set[tuple[str, ...]]]:
+        """One actor's namespaces that hold items and meet every condition."""
         subs: set[tuple[str, ...]] = set()
         if not sub_prefix:
             # Keyless memories are root items: whether there is one is one probe (the worker
@@ -523,17 +557,12 @@ class AidbStore(BaseStore):
             if len(page) < MAX_LIST:
                 break
             after = page[-1].id
-        found = {
+        return {
             namespace
             for sub in subs
             if (namespace := self._layout.join(aidb, actor, sub)) is not None
             and all(matches(c, namespace) for c in conditions)
         }
-        if op.max_depth is not None:
-            listed = sorted({namespace[: op.max_depth] for namespace in found})
-        else:
-            listed = sorted(found)
-        return listed[op.offset : op.offset + op.limit]
 
     # --- BaseStore ------------------------------------------------------------------------
 
