@@ -144,6 +144,12 @@ BEGIN
         _unsummarized bigint;
         _first bigint;
         _first_offset bigint;
+        _ns bigint;
+        _hit boolean;
+        -- A namespace with grants: the statement below takes it only once the caller was let in
+        -- (namespace_allows, asked in a statement of its own: on Citus the statement runs on a
+        -- worker, as another role).
+        _let_in boolean := false;
     BEGIN
         IF $1 IS NOT NULL AND $2 IS NOT NULL AND $3 IS NOT NULL AND $7 IS NULL
            -- budget.check_limits' bounds (BUDGET_MAX, TURNS_MAX)
@@ -155,30 +161,38 @@ BEGIN
             -- aidb_memory.actor_key($1, $2), written out (as in add_fast).
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
-            SELECT s.id, s.xmin::text AS version, s.next_seq, s.total_chars, s.tail_round_start,
-                   coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
-                   coalesce(m.chars, 0) AS newest,
-                   coalesce((n.config->>'compaction_min_target_chars')::int, 200) AS min_target,
-                   n.model_spec->>'llm' IS NULL AS no_llm
-            INTO _s
-            FROM aidb_memory.namespace AS n
-            JOIN aidb_memory.session AS s
-              ON s.actor_key = _key AND s.namespace_id = n.id AND s.actor_id = $2
-                 AND s.session_id = $3
-            LEFT JOIN LATERAL (
-                SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary AS x
-                WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
-            ) AS m ON true
-            WHERE n.name = $1
-              AND NOT n.restricted
-              AND greatest(length($2), length($3))
-                  <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-              AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                   OR $2 = session_user)
-              AND s.open_calls = '{}'
-              AND (($4 IS NULL AND $6 IS NULL) OR s.pinned_seq = 0
-                   OR NOT coalesce((n.config->>'pin_instructions')::boolean, false));
-            IF FOUND THEN
+            LOOP
+                SELECT s.id, s.xmin::text AS version, s.next_seq, s.total_chars, s.tail_round_start,
+                       coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
+                       coalesce(m.chars, 0) AS newest,
+                       coalesce((n.config->>'compaction_min_target_chars')::int, 200) AS min_target,
+                       n.model_spec->>'llm' IS NULL AS no_llm
+                INTO _s
+                FROM aidb_memory.namespace AS n
+                JOIN aidb_memory.session AS s
+                  ON s.actor_key = _key AND s.namespace_id = n.id AND s.actor_id = $2
+                     AND s.session_id = $3
+                LEFT JOIN LATERAL (
+                    SELECT x.to_seq, x.to_offset, x.chars FROM aidb_memory.summary AS x
+                    WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
+                ) AS m ON true
+                WHERE n.name = $1
+                  AND (NOT n.restricted OR _let_in)
+                  AND greatest(length($2), length($3))
+                      <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                       OR $2 = session_user)
+                  AND s.open_calls = '{}'
+                  AND (($4 IS NULL AND $6 IS NULL) OR s.pinned_seq = 0
+                       OR NOT coalesce((n.config->>'pin_instructions')::boolean, false));
+                _hit := FOUND;
+                EXIT WHEN _hit OR _let_in;
+                SELECT n.id INTO _ns FROM aidb_memory.namespace AS n
+                WHERE n.name = $1 AND n.restricted;
+                EXIT WHEN NOT FOUND OR NOT aidb_memory.namespace_allows(_ns);
+                _let_in := true;
+            END LOOP;
+            IF _hit THEN
                 _lo_offset := 0;
                 _lo_seq := 1;
                 IF $4 IS NOT NULL THEN

@@ -36,6 +36,11 @@ BEGIN
         _key bigint;
         _done record;
         _ahead record;
+        _ns bigint;
+        -- A namespace with grants: its statement below takes it only once the caller was let in
+        -- (namespace_allows, asked in a statement of its own: on Citus the statement runs on a
+        -- worker, as another role).
+        _let_in boolean := false;
     BEGIN
         IF $1 IS NOT NULL AND $2 IS NOT NULL AND $3 IS NOT NULL AND $4 IS NOT NULL
            AND $6 IS NULL AND $7 IS NULL AND jsonb_typeof($3) = 'array'
@@ -48,109 +53,114 @@ BEGIN
             -- planned again in every transaction (~40 us).
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
-            WITH x AS (
-                SELECT u.o, u.t->>'role' AS role, u.t->>'content' AS content,
-                       length(u.t->>'content') AS chars,
-                       -- turns._plain_batch: {"role", "content"}, a plain role, non-empty string
-                       -- content; a batch that opens with a system turn (the instructions prefix
-                       -- may grow) is the Python code's.
-                       -- (NULL, for a key that is missing, is no: bool_and would skip it.)
-                       coalesce(CASE WHEN jsonb_typeof(u.t) = 'object'
-                                     THEN u.t - 'role' - 'content' = '{}'::jsonb
-                                          AND jsonb_typeof(u.t->'role') = 'string'
-                                          AND (u.t->>'role' IN ('user', 'assistant')
-                                               OR (u.t->>'role' = 'system' AND u.o > 1))
-                                          AND jsonb_typeof(u.t->'content') = 'string'
-                                          AND u.t->>'content' <> '' END,
-                                false) AS plain
-                FROM jsonb_array_elements($3) WITH ORDINALITY AS u(t, o)
-            ), agg AS (
-                SELECT count(*) AS n, coalesce(bool_and(plain), false) AS plain,
-                       max(chars) AS longest, coalesce(sum(chars), 0) AS total,
-                       max(o) FILTER (WHERE role = 'user') - 1 AS last_user
-                FROM x
-            ), s AS (
-                UPDATE aidb_memory.session AS s
-                SET next_seq = s.next_seq + agg.n, total_chars = s.total_chars + agg.total,
-                    updated_at = now(), tail_sequence_id = NULL,
-                    tail_round_start = s.next_seq + agg.n - 1, open_calls = '{}',
-                    last_user_seq = coalesce(s.next_seq + agg.last_user, s.last_user_seq),
-                    tail_joinable = false, tail_item_type = NULL
-                FROM aidb_memory.namespace AS n, agg
-                WHERE n.name = $1 AND n.state = 'ACTIVE'
-                  -- A namespace with grants goes to the Python path, which checks them (a
-                  -- statement on Citus's shards cannot: it runs there as another role).
-                  AND NOT n.restricted
-                  AND agg.plain AND agg.n >= 1
-                  AND agg.n <= coalesce((n.config->>'max_turns_per_add')::int, 1000)
-                  AND agg.longest <= coalesce((n.config->>'max_turn_chars')::int, 100000)
-                  -- parse_turns's cap on the batch's JSON text, which is made only when the
-                  -- batch could be over it: a plain batch's text (jsonb's output) is at most 38
-                  -- characters a turn besides its contents, and 6 a character of content
-                  -- (\uXXXX for a control character).
-                  AND (40 * agg.n + 6 * agg.total
-                           <= coalesce((n.config->>'max_add_chars')::int, 1000000)
-                       OR length($3::text) <= coalesce((n.config->>'max_add_chars')::int, 1000000))
-                  AND greatest(length($2), length($4), length($5))
-                      <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                       OR $2 = session_user)
-                  AND s.actor_key = _key AND s.namespace_id = n.id AND s.actor_id = $2
-                  AND s.session_id = $4 AND s.closed_at IS NULL AND s.open_calls = '{}'
-                RETURNING s.id, s.namespace_id, s.next_seq - agg.n AS first_seq,
-                          s.total_chars - agg.total AS first_offset, s.total_chars,
-                          -- adding._event_status and adding._ahead_on
-                          CASE WHEN NOT coalesce((n.config->>'extraction')::boolean, true)
-                                 OR (coalesce(n.config->>'extraction_mode', 'auto') = 'model'
-                                     AND coalesce(n.model_spec->>'llm', '') = '')
-                               THEN 'skipped' ELSE 'accepted' END AS status,
-                          coalesce((n.config->>'compaction_ahead')::boolean, true)
-                              AND coalesce(n.model_spec->>'llm', '') <> '' AS ahead_on
-            ), e AS (
-                INSERT INTO aidb_memory.event
-                    (actor_key, namespace_id, actor_id, agent_id, session_id, turn_count, status)
-                SELECT _key, s.namespace_id, $2, $5, $4, agg.n, s.status FROM s, agg
-                RETURNING id, public_id
-            ), t AS (
-                INSERT INTO aidb_memory.turn
-                    (actor_key, session_ref, seq, round_start, char_offset, chars, role, content,
-                     kind, meta, event_ref)
-                SELECT _key, s.id, s.first_seq + x.o - 1, s.first_seq + x.o - 1,
-                       s.first_offset + sum(x.chars) OVER (ORDER BY x.o) - x.chars, x.chars, x.role,
-                       x.content,
-                       CASE x.role WHEN 'user' THEN 'user_prompt'
-                                   WHEN 'assistant' THEN 'model_response' ELSE 'system' END,
-                       '{}', e.id
-                FROM s, e, x
-            )
-            SELECT e.public_id, s.id AS ref, s.namespace_id, s.total_chars, s.ahead_on,
-                   CASE WHEN s.status = 'accepted' THEN pg_notify('aidb_memory_events', '') END
-                       AS woke
-            INTO _done
-            FROM e CROSS JOIN s;
-            IF _done.public_id IS NOT NULL THEN
-                IF _done.ahead_on THEN
-                    -- adding._ahead_budget: this add passed the session's ahead threshold; one
-                    -- task pending at most (as adding._QUEUE_COMPACTION).
-                    SELECT l.ahead_at, l.read_budget INTO _ahead
-                    FROM aidb_memory.compaction_ahead AS l
-                    WHERE l.actor_key = _key AND l.session_ref = _done.ref;
-                    IF _done.total_chars > _ahead.ahead_at AND _ahead.read_budget IS NOT NULL THEN
-                        INSERT INTO aidb_memory.event
-                            (actor_key, namespace_id, actor_id, session_id, turn_count, status,
-                             kind, session_ref, budget)
-                        VALUES (_key, _done.namespace_id, $2, $4, 0, 'accepted', 'compaction',
-                                _done.ref, _ahead.read_budget)
-                        ON CONFLICT (actor_key, session_ref)
-                            WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
-                        DO NOTHING;
-                        IF FOUND THEN
-                            PERFORM pg_notify('aidb_memory_events', '');
+            LOOP
+                WITH x AS (
+                    SELECT u.o, u.t->>'role' AS role, u.t->>'content' AS content,
+                           length(u.t->>'content') AS chars,
+                           -- turns._plain_batch: {"role", "content"}, a plain role, non-empty string
+                           -- content; a batch that opens with a system turn (the instructions prefix
+                           -- may grow) is the Python code's.
+                           -- (NULL, for a key that is missing, is no: bool_and would skip it.)
+                           coalesce(CASE WHEN jsonb_typeof(u.t) = 'object'
+                                         THEN u.t - 'role' - 'content' = '{}'::jsonb
+                                              AND jsonb_typeof(u.t->'role') = 'string'
+                                              AND (u.t->>'role' IN ('user', 'assistant')
+                                                   OR (u.t->>'role' = 'system' AND u.o > 1))
+                                              AND jsonb_typeof(u.t->'content') = 'string'
+                                              AND u.t->>'content' <> '' END,
+                                    false) AS plain
+                    FROM jsonb_array_elements($3) WITH ORDINALITY AS u(t, o)
+                ), agg AS (
+                    SELECT count(*) AS n, coalesce(bool_and(plain), false) AS plain,
+                           max(chars) AS longest, coalesce(sum(chars), 0) AS total,
+                           max(o) FILTER (WHERE role = 'user') - 1 AS last_user
+                    FROM x
+                ), s AS (
+                    UPDATE aidb_memory.session AS s
+                    SET next_seq = s.next_seq + agg.n, total_chars = s.total_chars + agg.total,
+                        updated_at = now(), tail_sequence_id = NULL,
+                        tail_round_start = s.next_seq + agg.n - 1, open_calls = '{}',
+                        last_user_seq = coalesce(s.next_seq + agg.last_user, s.last_user_seq),
+                        tail_joinable = false, tail_item_type = NULL
+                    FROM aidb_memory.namespace AS n, agg
+                    WHERE n.name = $1 AND n.state = 'ACTIVE'
+                      AND (NOT n.restricted OR _let_in)
+                      AND agg.plain AND agg.n >= 1
+                      AND agg.n <= coalesce((n.config->>'max_turns_per_add')::int, 1000)
+                      AND agg.longest <= coalesce((n.config->>'max_turn_chars')::int, 100000)
+                      -- parse_turns's cap on the batch's JSON text, which is made only when the
+                      -- batch could be over it: a plain batch's text (jsonb's output) is at most 38
+                      -- characters a turn besides its contents, and 6 a character of content
+                      -- (\uXXXX for a control character).
+                      AND (40 * agg.n + 6 * agg.total
+                               <= coalesce((n.config->>'max_add_chars')::int, 1000000)
+                           OR length($3::text) <= coalesce((n.config->>'max_add_chars')::int, 1000000))
+                      AND greatest(length($2), length($4), length($5))
+                          <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                      AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                           OR $2 = session_user)
+                      AND s.actor_key = _key AND s.namespace_id = n.id AND s.actor_id = $2
+                      AND s.session_id = $4 AND s.closed_at IS NULL AND s.open_calls = '{}'
+                    RETURNING s.id, s.namespace_id, s.next_seq - agg.n AS first_seq,
+                              s.total_chars - agg.total AS first_offset, s.total_chars,
+                              -- adding._event_status and adding._ahead_on
+                              CASE WHEN NOT coalesce((n.config->>'extraction')::boolean, true)
+                                     OR (coalesce(n.config->>'extraction_mode', 'auto') = 'model'
+                                         AND coalesce(n.model_spec->>'llm', '') = '')
+                                   THEN 'skipped' ELSE 'accepted' END AS status,
+                              coalesce((n.config->>'compaction_ahead')::boolean, true)
+                                  AND coalesce(n.model_spec->>'llm', '') <> '' AS ahead_on
+                ), e AS (
+                    INSERT INTO aidb_memory.event
+                        (actor_key, namespace_id, actor_id, agent_id, session_id, turn_count, status)
+                    SELECT _key, s.namespace_id, $2, $5, $4, agg.n, s.status FROM s, agg
+                    RETURNING id, public_id
+                ), t AS (
+                    INSERT INTO aidb_memory.turn
+                        (actor_key, session_ref, seq, round_start, char_offset, chars, role, content,
+                         kind, meta, event_ref)
+                    SELECT _key, s.id, s.first_seq + x.o - 1, s.first_seq + x.o - 1,
+                           s.first_offset + sum(x.chars) OVER (ORDER BY x.o) - x.chars, x.chars, x.role,
+                           x.content,
+                           CASE x.role WHEN 'user' THEN 'user_prompt'
+                                       WHEN 'assistant' THEN 'model_response' ELSE 'system' END,
+                           '{}', e.id
+                    FROM s, e, x
+                )
+                SELECT e.public_id, s.id AS ref, s.namespace_id, s.total_chars, s.ahead_on,
+                       CASE WHEN s.status = 'accepted' THEN pg_notify('aidb_memory_events', '') END
+                           AS woke
+                INTO _done
+                FROM e CROSS JOIN s;
+                IF _done.public_id IS NOT NULL THEN
+                    IF _done.ahead_on THEN
+                        -- adding._ahead_budget: this add passed the session's ahead threshold; one
+                        -- task pending at most (as adding._QUEUE_COMPACTION).
+                        SELECT l.ahead_at, l.read_budget INTO _ahead
+                        FROM aidb_memory.compaction_ahead AS l
+                        WHERE l.actor_key = _key AND l.session_ref = _done.ref;
+                        IF _done.total_chars > _ahead.ahead_at AND _ahead.read_budget IS NOT NULL THEN
+                            INSERT INTO aidb_memory.event
+                                (actor_key, namespace_id, actor_id, session_id, turn_count, status,
+                                 kind, session_ref, budget)
+                            VALUES (_key, _done.namespace_id, $2, $4, 0, 'accepted', 'compaction',
+                                    _done.ref, _ahead.read_budget)
+                            ON CONFLICT (actor_key, session_ref)
+                                WHERE kind = 'compaction' AND status IN ('accepted', 'processing')
+                            DO NOTHING;
+                            IF FOUND THEN
+                                PERFORM pg_notify('aidb_memory_events', '');
+                            END IF;
                         END IF;
                     END IF;
+                    RETURN _done.public_id;
                 END IF;
-                RETURN _done.public_id;
-            END IF;
+                EXIT WHEN _let_in;
+                SELECT n.id INTO _ns FROM aidb_memory.namespace AS n
+                WHERE n.name = $1 AND n.restricted;
+                EXIT WHEN NOT FOUND OR NOT aidb_memory.namespace_allows(_ns);
+                _let_in := true;
+            END LOOP;
         END IF;
     END;
     RETURN NULL;

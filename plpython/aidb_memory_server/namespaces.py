@@ -142,11 +142,11 @@ ON CONFLICT (namespace_id, role_id) DO UPDATE
     WHERE aidb_memory.namespace_grant.role_name <> EXCLUDED.role_name
 RETURNING (xmax = 0) AS inserted
 """
-# By the name it was granted under, or the role that has the name now (a renamed role).
+# By the name it was granted under, or the role that has the name now (a renamed role, $3: its
+# OID, looked up first: on Citus a statement on a reference table cannot read the catalog).
 _REVOKE = """
 DELETE FROM aidb_memory.namespace_grant
-WHERE namespace_id = $1
-  AND (role_name = $2 OR role_id = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = $2))
+WHERE namespace_id = $1 AND (role_name = $2 OR role_id = $3::bigint::oid)
 RETURNING role_id
 """
 # Two statements rather than an UPDATE with a subquery: Citus plans neither a VOLATILE function
@@ -213,6 +213,8 @@ def namespace_revoke(namespace: str | None, role: str | None) -> bool:
     if role is None:
         raise required(fn, "role")
     ns_id, _ = _locked(fn, namespace)
-    gone = db.execute(_REVOKE, ("bigint", "text"), (ns_id, role))
+    found = db.execute(_ROLE, ("text",), (role,))
+    oid = found[0]["oid"] if found.nrows() else None
+    gone = db.execute(_REVOKE, ("bigint", "text", "bigint"), (ns_id, role, oid))
     _keep_restricted(ns_id)
     return bool(gone.nrows())

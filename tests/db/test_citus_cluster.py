@@ -236,6 +236,46 @@ def test_session_reads_as_the_application(node: Node, ns: str) -> None:
     ]
 
 
+def test_grants_through_the_coordinator(node: Node) -> None:
+    """Issue 35 on Citus: the grants are a reference table every node holds; the checks run on
+    the coordinator (in statements of their own), so a namespace with grants is refused to
+    another role and usable by the granted one, its common calls' fast paths included."""
+    ns = "granted"
+    other = f"{APP_USER}_other"
+    with node.connect() as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (other,)).fetchone():
+            conn.execute(f"CREATE ROLE {other} LOGIN IN ROLE aidb_users")
+    node.sql("SELECT aidb_memory.init(%s)", (ns,), user=ADMIN_USER)
+    node.sql("SELECT aidb_memory.namespace_grant(%s, %s)", (ns, APP_USER), user=ADMIN_USER)
+    kinds = dict(
+        node.sql(
+            "SELECT logicalrelid::regclass::text, partmethod FROM pg_dist_partition "
+            "WHERE logicalrelid = 'aidb_memory.namespace_grant'::regclass"
+        )
+    )
+    assert kinds == {"aidb_memory.namespace_grant": "n"}  # a reference table
+    for i in range(3):
+        node.sql(
+            "SELECT aidb_memory.add(%s, 'g-alice', %s::jsonb, 'g')",
+            (ns, _turns(f"question {i}", f"answer {i}")),
+            user=APP_USER,
+        )
+    read = "SELECT items FROM aidb_memory.session_get(%s, 'g-alice', 'g', 2000)"
+    assert len(node.value(read, (ns,), user=APP_USER)) == 6
+    node.sql("SELECT aidb_memory.remember(%s, 'g-bob', 'likes tea')", (ns,), user=APP_USER)
+    assert [
+        r[0] for r in node.sql("SELECT * FROM aidb_memory.list_actors(%s)", (ns,), user=APP_USER)
+    ] == [
+        "g-alice",
+        "g-bob",
+    ]
+    for query in (read, "SELECT aidb_memory.add(%s, 'g-alice', '[]', 'g')"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+            node.sql(query, (ns,), user=other)
+    node.sql("SELECT aidb_memory.namespace_revoke(%s, %s)", (ns, APP_USER), user=ADMIN_USER)
+    assert len(node.value(read, (ns,), user=other)) == 6  # open again
+
+
 def test_memories_as_the_application(node: Node, ns: str) -> None:
     actor = "m-alice"
 

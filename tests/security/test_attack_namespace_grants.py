@@ -374,3 +374,28 @@ def test_list_actors_pages_a_granted_namespace_and_only_one(
         assert "memo-only" not in names and "amy" in names
     with db.connect(ADMIN_USER) as c:
         assert c.execute("SELECT count(*) FROM aidb_memory.list_actors(%s)", (NS,)).fetchone()
+
+
+def test_a_granted_roles_common_calls_stay_off_python_and_are_checked(
+    db: Database, tenants: dict[str, Any]
+) -> None:
+    """add of plain messages and a budgeted session_get take their SQL fast paths in a namespace
+    with grants too (PL/Python's add_py and session_read_plan are not called), each asking
+    namespace_allows once; a refused role's calls get the Python code's refusal."""
+    sales, support = tenants["sales"], tenants["support"]
+    for role in (sales, support):
+        db.sql(f"ALTER ROLE {role} SET track_functions = 'all'")
+    calls = (
+        "SELECT funcname, calls FROM pg_catalog.pg_stat_xact_user_functions "
+        "WHERE schemaname = 'aidb_memory' ORDER BY funcname"
+    )
+    with db.connect(sales, autocommit=False) as c:
+        c.execute(CALLS["add"], _params(tenants))
+        c.execute(CALLS["session_get (budget)"], _params(tenants)).fetchall()
+        seen = dict(c.execute(calls).fetchall())
+        c.rollback()
+    assert seen.get("namespace_allows") == 2, seen
+    assert "add_py" not in seen and "session_read_plan" not in seen, seen
+    with db.connect(support, autocommit=False) as c:
+        _refused(c, CALLS["add"], _params(tenants), "add")
+        c.rollback()
