@@ -173,7 +173,7 @@ BEGIN
                        ELSE 'invalid_parameter_value' END,
         HINT = coalesce(c.hint, ''),  -- none when empty: the callers raise again only a hint
         MESSAGE = CASE c.kind
-            -- Quoted and cut as sessions.quote does.
+            -- Quoted and cut as access.quote does.
             WHEN 'namespace' THEN pg_catalog.format(
                 'aidb_memory.%s: namespace %s does not exist', fn,
                 pg_catalog.to_jsonb(pg_catalog.left(value, 199) OPERATOR(pg_catalog.||) '…')::text)

@@ -14,22 +14,21 @@ import json
 
 from aidb_memory_server import db, keys, turns
 from aidb_memory_server import metadata as metadata_rules
+from aidb_memory_server.access import (
+    NS_COLUMNS,
+    Namespace,
+    check_namespace,
+    identifier,
+    namespace,
+    quote,
+)
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNIQUE_VIOLATION,
     ApiError,
     required,
 )
-from aidb_memory_server.sessions import (
-    NS_COLUMNS,
-    Namespace,
-    check_namespace,
-    create_session,
-    identifier,
-    namespace,
-    one,
-    quote,
-)
+from aidb_memory_server.sessions import create_session, one
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -320,8 +319,6 @@ def add(
                 fn, "agent_id", agent_id, ns.config["max_identifier_chars"], optional=True
             )
             create_session(ns, actor, sid, agent)
-            row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, let_in)
-        elif row is None:
             row = _first(namespace_name, actor_id, session_id, idempotency_key, actor_key, let_in)
     ns, actor = check_namespace(fn, namespace_name, row, actor_id, writing=True)
     if len(_known) >= _KNOWN_MAX:

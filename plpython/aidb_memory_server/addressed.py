@@ -15,6 +15,7 @@ from typing import Any
 
 from aidb_memory_server import db, eventqueue, expiry, extraction, keys, reconciliation
 from aidb_memory_server import metadata as metadata_rules
+from aidb_memory_server.access import identifier, namespace, quote
 from aidb_memory_server.errors import (
     UNDEFINED_OBJECT,
     UNIQUE_VIOLATION,
@@ -24,7 +25,6 @@ from aidb_memory_server.errors import (
 )
 from aidb_memory_server.listing import MEMORY_ROW
 from aidb_memory_server.remembering import checked_content
-from aidb_memory_server.sessions import identifier, namespace, quote
 
 # An expired memory is not there for any of these (expiry.py), swept or not.
 _LIVE = "\n  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp())"

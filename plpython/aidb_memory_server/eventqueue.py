@@ -32,13 +32,13 @@ from typing import Any
 import plpy
 
 from aidb_memory_server import (
+    access,
     db,
     endpoints,
     extraction,
     keys,
     llm,
     reconciliation,
-    sessions,
     turns,
     validation,
     verbatim,
@@ -554,7 +554,7 @@ WHERE e.actor_key = $1 AND e.namespace_id = $2 AND e.actor_id = $3 AND e.public_
 def status(namespace_name: str | None, actor_id: str | None, event_id: str | None) -> str | None:
     """The event's status and what it produced (NULL for an unknown event or another actor's)."""
     fn = "status"
-    ns, actor = sessions.namespace(fn, namespace_name, actor_id, writing=False)
+    ns, actor = access.namespace(fn, namespace_name, actor_id, writing=False)
     if event_id is None:
         raise required(fn, "event_id")
     rows = db.execute(

@@ -18,8 +18,9 @@ transaction.
 from __future__ import annotations
 
 from aidb_memory_server import db, erasure, validation
+from aidb_memory_server.access import Namespace
 from aidb_memory_server.errors import invalid
-from aidb_memory_server.sessions import Namespace, subject_hash
+from aidb_memory_server.sessions import subject_hash
 
 # Whether a time given as expires_at is still to come.
 _FUTURE = "SELECT $1::timestamptz > pg_catalog.statement_timestamp() AS future"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from aidb_memory_server import db, filtering, keys
+from aidb_memory_server.access import identifier, namespace, namespace_of, quote
 from aidb_memory_server.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, ApiError, invalid
 from aidb_memory_server.memories import filters, limit_argument, memory_filter
-from aidb_memory_server.sessions import identifier, namespace, namespace_of, quote
 
 LIST_MAX = 1000
 LIST_DEFAULT = 50

@@ -28,6 +28,7 @@ from aidb_memory_server import (
     validation,
     vectors,
 )
+from aidb_memory_server.access import Namespace, identifier, namespace, quote
 from aidb_memory_server.errors import (
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     UNDEFINED_OBJECT,
@@ -35,7 +36,7 @@ from aidb_memory_server.errors import (
     invalid,
     required,
 )
-from aidb_memory_server.sessions import Namespace, identifier, namespace, quote, subject_hash
+from aidb_memory_server.sessions import subject_hash
 
 SEARCH_MAX = 100
 SEARCH_DEFAULT = 10

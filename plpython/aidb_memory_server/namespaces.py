@@ -168,7 +168,7 @@ def _keep_restricted(ns_id: int) -> None:
 _LOCK_GRANTS = _SELECT + "FOR NO KEY UPDATE"
 
 
-def _locked(fn: str, name: str | None) -> tuple[int, str]:
+def _locked(fn: str, name: str | None) -> int:
     """The namespace's id, its row locked against other grants until the transaction ends; 42704
     if there is none."""
     name = validation.namespace_name(fn, name)
@@ -179,7 +179,7 @@ def _locked(fn: str, name: str | None) -> tuple[int, str]:
             f'aidb_memory.{fn}: namespace "{name}" does not exist',
             hint="create it with aidb_memory.init",
         )
-    return int(rows[0]["id"]), name
+    return int(rows[0]["id"])
 
 
 def namespace_grant(namespace: str | None, role: str | None) -> bool:
@@ -188,7 +188,7 @@ def namespace_grant(namespace: str | None, role: str | None) -> bool:
     fn = "namespace_grant"
     if role is None:
         raise required(fn, "role")
-    ns_id, _ = _locked(fn, namespace)
+    ns_id = _locked(fn, namespace)
     found = db.execute(_ROLE, ("text",), (role,))
     if not found.nrows():
         raise ApiError(
@@ -212,7 +212,7 @@ def namespace_revoke(namespace: str | None, role: str | None) -> bool:
     fn = "namespace_revoke"
     if role is None:
         raise required(fn, "role")
-    ns_id, _ = _locked(fn, namespace)
+    ns_id = _locked(fn, namespace)
     found = db.execute(_ROLE, ("text",), (role,))
     oid = found[0]["oid"] if found.nrows() else None
     gone = db.execute(_REVOKE, ("bigint", "text", "bigint"), (ns_id, role, oid))

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from aidb_memory_server import eventqueue, expiry, keys, reconciliation
 from aidb_memory_server import metadata as metadata_rules
+from aidb_memory_server.access import Namespace, identifier, namespace
 from aidb_memory_server.errors import invalid, required
 from aidb_memory_server.memories import filters
-from aidb_memory_server.sessions import Namespace, identifier, namespace
 
 
 def remember(

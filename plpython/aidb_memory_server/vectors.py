@@ -26,8 +26,8 @@ from typing import Any
 import plpy
 
 from aidb_memory_server import db, extensions, filtering, llm
+from aidb_memory_server.access import Namespace, quote
 from aidb_memory_server.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, ApiError, invalid
-from aidb_memory_server.sessions import Namespace, quote
 
 # Without pgvector similarity is computed for the actor's newest current memories with an
 # embedding, up to this many. With pgvector every memory is compared; this many newest are still
