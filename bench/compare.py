@@ -61,9 +61,13 @@ with psycopg.connect(sys.argv[1]) as conn:
 """
 
 
-def prepare(dsn: str, tree: Path, big_turns: int) -> psycopg.Connection[Any]:
+def prepare(
+    dsn: str, tree: Path, big_turns: int, as_app: bool, granted: bool
+) -> psycopg.Connection[Any]:
     """Install ``tree`` into ``dsn``'s database and build the 1,000-turn session of (b), and
-    (``big_turns``) the generated session of (c)."""
+    (``big_turns``) the generated session of (c). ``as_app``: the calls are made as an
+    application's role (``SET ROLE``), not the superuser; ``granted``: the namespace has a grant
+    to that role."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
     conn = psycopg.connect(dsn, autocommit=True)
@@ -78,6 +82,16 @@ def prepare(dsn: str, tree: Path, big_turns: int) -> psycopg.Connection[Any]:
         build_big(conn, big_turns)  # ends with VACUUM ANALYZE, as make bench's does
     else:
         conn.execute("ANALYZE")
+    if as_app:
+        # What issue 35's check costs a granted role, against the same role's calls in an open
+        # namespace (a superuser's calls skip the privilege checks of every function they call).
+        conn.execute(
+            "DO $$ BEGIN CREATE ROLE compare_app IN ROLE aidb_users; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        if granted:
+            conn.execute("SELECT aidb_memory.namespace_grant(%s, 'compare_app')", (NS,))
+        conn.execute("SET ROLE compare_app")
     return conn
 
 
@@ -224,6 +238,16 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=None, help="alternating rounds (default: as --seconds lasts)"
     )
+    parser.add_argument(
+        "--granted",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="a version whose namespace has a grant (namespace_grant) to the role its calls are "
+        "made as: `open=. granted=. --granted granted` times what the check of a namespace with "
+        "grants costs (repeatable; with it, every version's calls are made as an application's "
+        "role, a member of aidb_users, not as the superuser)",
+    )
     parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
     parser.add_argument(
         "--big-turns",
@@ -244,7 +268,11 @@ def main() -> int:
         if not sep or not (Path(path) / "src" / "aidb_memory").is_dir():
             parser.error(f"{spec!r}: expected LABEL=PATH of a source tree with src/aidb_memory")
         trees.append((label, Path(path).resolve()))
+    if set(args.granted) - {label for label, _ in trees}:
+        parser.error("--granted: expected the LABEL of a version")
     ops = args.ops.split(",")
+    if args.granted and "add_ref" in ops:
+        parser.error("--granted: add_ref writes the tables, which an application's role cannot")
     if not ops or any(op not in OPS for op in ops):
         parser.error(f"--ops: expected some of {', '.join(OPS)}")
     if "big" in ops and not args.big_turns:
@@ -260,7 +288,10 @@ def main() -> int:
             with psycopg.connect(server.dsn(), autocommit=True) as admin:
                 admin.execute(f"CREATE DATABASE compare_{i}")
             print(f"compare: installing {label} ({tree})", flush=True)
-            conns[label] = prepare(server.dsn(f"compare_{i}"), tree, args.big_turns)
+            granted = label in args.granted
+            conns[label] = prepare(
+                server.dsn(f"compare_{i}"), tree, args.big_turns, bool(args.granted), granted
+            )
             row = conns[label].execute("SELECT pg_backend_pid()").fetchone()
             assert row is not None
             pids[label] = int(row[0])

@@ -29,7 +29,6 @@ DECLARE
     key text;
     default_cap bigint;
     configured text;
-    ns_id bigint;
     restricted boolean;
 BEGIN
     -- kind: 'json' (n characters of JSON, more than the namespace limit), 'json_fixed' (... the
@@ -77,10 +76,10 @@ BEGIN
     IF key IS NOT NULL THEN
         -- An unknown namespace has the defaults: the refusal does not wait for the lookup that
         -- would report it.
-        SELECT n.config OPERATOR(pg_catalog.->>) key, n.id, n.restricted
-        INTO configured, ns_id, restricted
+        SELECT n.config OPERATOR(pg_catalog.->>) key, n.restricted
+        INTO configured, restricted
         FROM aidb_memory.namespace AS n WHERE n.name OPERATOR(pg_catalog.=) namespace;
-        IF restricted AND NOT aidb_memory.namespace_allows(ns_id) THEN
+        IF restricted AND NOT aidb_memory.namespace_allows(namespace) THEN
             configured := NULL;  -- a caller the namespace refuses learns nothing of its config
         END IF;
         cap := coalesce(configured::bigint, default_cap);

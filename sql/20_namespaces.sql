@@ -44,8 +44,11 @@ COMMENT ON FUNCTION aidb_memory.namespace_update(text, jsonb, jsonb, text) IS
 -- caller; the role setting is the caller's own, which a SECURITY DEFINER function cannot change
 -- (SET ROLE is refused in one). So a SECURITY DEFINER function of the application's own does not
 -- lend its owner's grants: the role calling it must be granted (docs/operations.md).
-CREATE OR REPLACE FUNCTION aidb_memory.namespace_allows(namespace_id bigint)
-RETURNS boolean
+-- The grant through which the caller may use a namespace: the SQL fast paths keep it for the
+-- next call (the setting aidb_memory.granted_role) and their statement checks that it is still
+-- a grant of the namespace they read (sql/31_add_fast.sql).
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_role(namespace text)
+RETURNS oid
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
@@ -57,29 +60,56 @@ DECLARE
     ids oid[];
     names name[];
 BEGIN
-    -- USAGE: the privileges of a role the caller is a member of with INHERIT, as PostgreSQL
-    -- grants a table's privileges through membership (a superuser has every role's). Admins
-    -- and workers are never refused.
-    IF pg_has_role(caller, 'aidb_admins', 'USAGE') OR pg_has_role(caller, 'aidb_workers', 'USAGE')
-    THEN
-        RETURN true;
-    END IF;
-    -- The grants, then the roles: two statements, so that on Citus the grants (a reference table)
-    -- and the roles (this node's catalog, whose OIDs the grants hold) are never one query.
-    SELECT array_agg(g.role_id), array_agg(g.role_name) INTO ids, names
-    FROM aidb_memory.namespace_grant AS g WHERE g.namespace_id = $1;
+    -- The grants in a statement, the roles in expressions: on Citus the grants are a reference
+    -- table, which a statement may read on a worker, and the roles are this node's, whose OIDs
+    -- the grants hold.
+    SELECT array_agg(g.role_id ORDER BY g.role_id), array_agg(g.role_name ORDER BY g.role_id)
+    INTO ids, names
+    FROM aidb_memory.namespace AS n
+    JOIN aidb_memory.namespace_grant AS g ON g.namespace_id = n.id
+    WHERE n.name = $1;
     -- A grant holds while its role has the OID and the name it was granted with
-    -- (migrations/0027_namespace_grants.sql).
-    RETURN EXISTS (
-        SELECT 1 FROM unnest(ids, names) AS u(id, rolname)
-        JOIN pg_roles AS r ON r.oid = u.id AND r.rolname = u.rolname
-        WHERE pg_has_role(caller, u.id, 'USAGE'));
+    -- (migrations/0027_namespace_grants.sql; pg_get_userbyid names no role for a dropped OID).
+    -- USAGE: the privileges of a role the caller is a member of with INHERIT, as PostgreSQL
+    -- grants a table's privileges through membership (a superuser has every role's).
+    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
+        IF pg_get_userbyid(ids[i]) = names[i] AND pg_has_role(caller, ids[i], 'USAGE') THEN
+            RETURN ids[i];
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION aidb_memory.namespace_allows(bigint) IS
+COMMENT ON FUNCTION aidb_memory.namespace_role(text) IS
+'Internal: the granted role through which the calling role (SET ROLE''s, else the session''s) '
+'may use the namespace (a member of it with its privileges, INHERIT), NULL when no grant lets it '
+'in.';
+
+-- By name: the Python code, argument_cap and the namespaces view ask it of a namespace whose
+-- restricted flag is set.
+DROP FUNCTION IF EXISTS aidb_memory.namespace_allows(bigint);
+CREATE OR REPLACE FUNCTION aidb_memory.namespace_allows(namespace text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET debug_print_parse = off
+SET debug_print_rewritten = off
+SET debug_print_plan = off
+AS $$
+DECLARE
+    caller name := coalesce(nullif(current_setting('role'), 'none'), session_user);
+BEGIN
+    -- Admins and workers are never refused.
+    RETURN aidb_memory.namespace_role($1) IS NOT NULL
+           OR pg_has_role(caller, 'aidb_admins', 'USAGE')
+           OR pg_has_role(caller, 'aidb_workers', 'USAGE');
+END
+$$;
+COMMENT ON FUNCTION aidb_memory.namespace_allows(text) IS
 'Internal: whether the calling role (SET ROLE''s, else the session''s) may use the namespace '
 'that has grants: a member of a granted role with its privileges (INHERIT), an admin or a worker. '
-'Every application function asks it of a namespace whose restricted flag is set.';
+'Every application function asks it of a namespace whose restricted flag is set, or checks the '
+'grant namespace_role found.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.namespace_grant(namespace text, role text)
 RETURNS boolean
@@ -146,13 +176,13 @@ AS $$
 DECLARE
     admin boolean := pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
                                  'aidb_admins', 'USAGE');
-    usable bigint[] := '{}';
-    ns bigint;
+    usable text[] := '{}';
+    ns text;
 BEGIN
     -- The namespaces with grants the caller may use, each asked in a statement of its own (not
     -- in the query below: on Citus that query runs on a worker, as another role).
     IF NOT admin THEN
-        FOR ns IN SELECT n.id FROM aidb_memory.namespace AS n WHERE n.restricted LOOP
+        FOR ns IN SELECT n.name FROM aidb_memory.namespace AS n WHERE n.restricted LOOP
             IF aidb_memory.namespace_allows(ns) THEN
                 usable := usable || ns;
             END IF;
@@ -164,7 +194,7 @@ BEGIN
                 THEN ARRAY(SELECT g.role_name::text FROM aidb_memory.namespace_grant AS g
                            WHERE g.namespace_id = n.id ORDER BY 1) END
     FROM aidb_memory.namespace AS n
-    WHERE admin OR NOT n.restricted OR n.id = ANY (usable)
+    WHERE admin OR NOT n.restricted OR n.name = ANY (usable)
     ORDER BY n.id;
 END
 $$;

@@ -144,12 +144,13 @@ BEGIN
         _unsummarized bigint;
         _first bigint;
         _first_offset bigint;
-        _ns bigint;
         _hit boolean;
-        -- A namespace with grants: the statement below takes it only once the caller was let in
-        -- (namespace_allows, asked in a statement of its own: on Citus the statement runs on a
-        -- worker, as another role).
-        _let_in boolean := false;
+        -- A namespace with grants: the statement below takes it only through a grant to _role,
+        -- a role whose privileges the caller has (as in add_fast, sql/31_add_fast.sql).
+        _hint text := current_setting('aidb_memory.granted_role', true);
+        _role oid;
+        _role_name name;
+        _found oid;
     BEGIN
         IF $1 IS NOT NULL AND $2 IS NOT NULL AND $3 IS NOT NULL AND $7 IS NULL
            -- budget.check_limits' bounds (BUDGET_MAX, TURNS_MAX)
@@ -161,6 +162,15 @@ BEGIN
             -- aidb_memory.actor_key($1, $2), written out (as in add_fast).
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
+            IF _hint ~ '^[1-9][0-9]{0,9}$' THEN  -- (an OID; anything else, no hint)
+                IF _hint::bigint < 4294967296 THEN
+                    _role := _hint::bigint::oid;
+                    IF pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
+                                   _role, 'USAGE') THEN
+                        _role_name := pg_get_userbyid(_role);
+                    END IF;
+                END IF;
+            END IF;
             LOOP
                 SELECT s.id, s.xmin::text AS version, s.next_seq, s.total_chars, s.tail_round_start,
                        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
@@ -177,7 +187,11 @@ BEGIN
                     WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
                 ) AS m ON true
                 WHERE n.name = $1
-                  AND (NOT n.restricted OR _let_in)
+                  -- (a scalar subquery, one row at most by the grants' key: for an EXISTS the
+                  -- planner would hash every grant)
+                  AND (NOT n.restricted
+                       OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
+                           WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
                   AND greatest(length($2), length($3))
                       <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                   AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
@@ -186,11 +200,16 @@ BEGIN
                   AND (($4 IS NULL AND $6 IS NULL) OR s.pinned_seq = 0
                        OR NOT coalesce((n.config->>'pin_instructions')::boolean, false));
                 _hit := FOUND;
-                EXIT WHEN _hit OR _let_in;
-                SELECT n.id INTO _ns FROM aidb_memory.namespace AS n
-                WHERE n.name = $1 AND n.restricted;
-                EXIT WHEN NOT FOUND OR NOT aidb_memory.namespace_allows(_ns);
-                _let_in := true;
+                EXIT WHEN _hit;
+                -- Nothing found: in a namespace with grants, the role that lets the caller in,
+                -- unless the statement already tried it.
+                PERFORM FROM aidb_memory.namespace AS n WHERE n.name = $1 AND n.restricted;
+                EXIT WHEN NOT FOUND;
+                _found := aidb_memory.namespace_role($1);
+                EXIT WHEN _found IS NULL OR (_found = _role AND _role_name IS NOT NULL);
+                PERFORM set_config('aidb_memory.granted_role', _found::text, false);
+                _role := _found;
+                _role_name := pg_get_userbyid(_found);
             END LOOP;
             IF _hit THEN
                 _lo_offset := 0;

@@ -30,6 +30,12 @@ BEGIN
     -- memory's row when it found one, and falls through, having read nothing else, otherwise.
     DECLARE
         _key bigint;
+        -- A namespace with grants: the statement takes it only through a grant to _role, a role
+        -- whose privileges the caller has (as in add_fast, sql/31_add_fast.sql).
+        _hint text := current_setting('aidb_memory.granted_role', true);
+        _role oid;
+        _role_name name;
+        _found oid;
     BEGIN
         IF $1 IS NOT NULL AND $2 IS NOT NULL AND ($3 IS NULL) <> ($4 IS NULL)
            AND NOT coalesce($5, false) THEN
@@ -38,50 +44,76 @@ BEGIN
             -- that Citus routes it to the actor's shard.
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
-            -- One statement: the namespace and the memory together, the namespace's checks in
-            -- its conditions (a row found was written under the identifier rules: its actor and
-            -- key are valid, unless config.max_identifier_chars was lowered since, which is
-            -- tested). listing.MEMORY_ROW's columns for a memory that nothing superseded (the id
-            -- of what superseded one is read by the Python code: a join costs the common case
-            -- ~10%); addressed._BY_ID and _BY_KEY's conditions (which say why the namespace and
-            -- actor are no index keys of the probe by id).
-            IF $3 IS NOT NULL THEN
-                RETURN QUERY
-                SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
-                       m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
-                       m.expires_at
-                FROM aidb_memory.namespace AS n
-                JOIN aidb_memory.memory AS m
-                    ON m.actor_key = _key AND m.public_id = $3
-                   AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
-                WHERE n.name = $1
-                  AND NOT n.restricted
-                  AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                       OR $2 = session_user)
-                  AND m.superseded_by IS NULL
-                  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
-            ELSE
-                RETURN QUERY
-                SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
-                       m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
-                       m.expires_at
-                FROM aidb_memory.namespace AS n
-                JOIN aidb_memory.memory AS m
-                    ON m.actor_key = _key AND m.namespace_id = n.id AND m.actor_id = $2
-                   AND m.key = $4 AND m.valid_to IS NULL
-                WHERE n.name = $1
-                  AND NOT n.restricted
-                  AND greatest(length($2), length($4))
-                      <= coalesce((n.config->>'max_identifier_chars')::int, 255)
-                  AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
-                       OR $2 = session_user)
-                  AND m.superseded_by IS NULL
-                  AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+            IF _hint ~ '^[1-9][0-9]{0,9}$' THEN  -- (an OID; anything else, no hint)
+                IF _hint::bigint < 4294967296 THEN
+                    _role := _hint::bigint::oid;
+                    IF pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
+                                   _role, 'USAGE') THEN
+                        _role_name := pg_get_userbyid(_role);
+                    END IF;
+                END IF;
             END IF;
-            IF FOUND THEN
-                RETURN;
-            END IF;
+            LOOP
+                -- One statement: the namespace and the memory together, the namespace's checks
+                -- in its conditions (a row found was written under the identifier rules: its
+                -- actor and key are valid, unless config.max_identifier_chars was lowered since,
+                -- which is tested). listing.MEMORY_ROW's columns for a memory that nothing
+                -- superseded (the id of what superseded one is read by the Python code: a join
+                -- costs the common case ~10%); addressed._BY_ID and _BY_KEY's conditions (which
+                -- say why the namespace and actor are no index keys of the probe by id).
+                IF $3 IS NOT NULL THEN
+                    RETURN QUERY
+                    SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
+                           m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
+                           m.expires_at
+                    FROM aidb_memory.namespace AS n
+                    JOIN aidb_memory.memory AS m
+                        ON m.actor_key = _key AND m.public_id = $3
+                       AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
+                    WHERE n.name = $1
+                      -- (a scalar subquery, as in add_fast)
+                      AND (NOT n.restricted
+                           OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
+                               WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                      AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                      AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                           OR $2 = session_user)
+                      AND m.superseded_by IS NULL
+                      AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+                ELSE
+                    RETURN QUERY
+                    SELECT m.public_id, m.content, m.agent_id, m.session_id, m.valid_from,
+                           m.valid_to, NULL::uuid, m.created_at, m.updated_at, m.metadata, m.key,
+                           m.expires_at
+                    FROM aidb_memory.namespace AS n
+                    JOIN aidb_memory.memory AS m
+                        ON m.actor_key = _key AND m.namespace_id = n.id AND m.actor_id = $2
+                       AND m.key = $4 AND m.valid_to IS NULL
+                    WHERE n.name = $1
+                      -- (a scalar subquery, as in add_fast)
+                      AND (NOT n.restricted
+                           OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
+                               WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                      AND greatest(length($2), length($4))
+                          <= coalesce((n.config->>'max_identifier_chars')::int, 255)
+                      AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
+                           OR $2 = session_user)
+                      AND m.superseded_by IS NULL
+                      AND (m.expires_at IS NULL OR m.expires_at > statement_timestamp());
+                END IF;
+                IF FOUND THEN
+                    RETURN;
+                END IF;
+                -- Nothing found: in a namespace with grants, the role that lets the caller in,
+                -- unless the statement already tried it (then the Python code answers).
+                PERFORM FROM aidb_memory.namespace AS n WHERE n.name = $1 AND n.restricted;
+                EXIT WHEN NOT FOUND;
+                _found := aidb_memory.namespace_role($1);
+                EXIT WHEN _found IS NULL OR (_found = _role AND _role_name IS NOT NULL);
+                PERFORM set_config('aidb_memory.granted_role', _found::text, false);
+                _role := _found;
+                _role_name := pg_get_userbyid(_found);
+            END LOOP;
         END IF;
     END;
     RETURN;

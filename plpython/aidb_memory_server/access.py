@@ -140,7 +140,7 @@ def usable_namespace(fn: str, name: str, row: Any) -> Namespace:
             f"aidb_memory.{fn}: namespace {quote(name)} does not exist",
             hint="an admin creates it with aidb_memory.init",
         )
-    if row["restricted"] and not db.execute(_ALLOWS, ("bigint",), (row["id"],))[0]["ok"]:
+    if row["restricted"] and not db.execute(_ALLOWS, ("text",), (name,))[0]["ok"]:
         # Nothing of the namespace but its name: not whether the actor or a session exists.
         raise ApiError(
             INSUFFICIENT_PRIVILEGE,

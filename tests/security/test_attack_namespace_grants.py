@@ -379,9 +379,11 @@ def test_list_actors_pages_a_granted_namespace_and_only_one(
 def test_a_granted_roles_common_calls_stay_off_python_and_are_checked(
     db: Database, tenants: dict[str, Any]
 ) -> None:
-    """add of plain messages and a budgeted session_get take their SQL fast paths in a namespace
-    with grants too (PL/Python's add_py and session_read_plan are not called), each asking
-    namespace_allows once; a refused role's calls get the Python code's refusal."""
+    """add of plain messages, a budgeted session_get and get_memory take their SQL fast paths in
+    a namespace with grants too (their PL/Python is not called): the first call of
+    a connection asks namespace_role which grant lets it in, the next ones check that grant in
+    their statement (the hint aidb_memory.granted_role); a refused role's calls get the Python
+    code's refusal."""
     sales, support = tenants["sales"], tenants["support"]
     for role in (sales, support):
         db.sql(f"ALTER ROLE {role} SET track_functions = 'all'")
@@ -390,12 +392,58 @@ def test_a_granted_roles_common_calls_stay_off_python_and_are_checked(
         "WHERE schemaname = 'aidb_memory' ORDER BY funcname"
     )
     with db.connect(sales, autocommit=False) as c:
-        c.execute(CALLS["add"], _params(tenants))
-        c.execute(CALLS["session_get (budget)"], _params(tenants)).fetchall()
+        for _ in range(3):
+            c.execute(CALLS["add"], _params(tenants))
+            c.execute(CALLS["session_get (budget)"], _params(tenants)).fetchall()
+            assert c.execute(CALLS["get_memory (id)"], _params(tenants)).fetchall()
         seen = dict(c.execute(calls).fetchall())
+        hint = c.execute("SELECT current_setting('aidb_memory.granted_role')").fetchone()
         c.rollback()
-    assert seen.get("namespace_allows") == 2, seen
-    assert "add_py" not in seen and "session_read_plan" not in seen, seen
+    assert seen.get("namespace_role") == 1 and "namespace_allows" not in seen, seen
+    assert not {"add_py", "session_read_plan", "get_memory_py"} & set(seen), seen
+    assert hint == (str(db.value("SELECT oid FROM pg_roles WHERE rolname = %s", (sales,))),)
     with db.connect(support, autocommit=False) as c:
         _refused(c, CALLS["add"], _params(tenants), "add")
         c.rollback()
+
+
+FAST_CALLS = ("add", "session_get (budget)", "session_messages", "get_memory", "get_memory (id)")
+
+
+def test_the_granted_role_hint_lets_no_one_in(db: Database, tenants: dict[str, Any]) -> None:
+    """The setting aidb_memory.granted_role is the caller's to set: set to the granted role's OID
+    by a role that does not have its privileges, to its own role's, or to anything at all, it
+    lets no one in and breaks nothing; a hint of one namespace's grant opens no other."""
+    sales, support = tenants["sales"], tenants["support"]
+    sales_oid = db.value("SELECT oid FROM pg_roles WHERE rolname = %s", (sales,))
+    support_oid = db.value("SELECT oid FROM pg_roles WHERE rolname = %s", (support,))
+    before = db.sql(STATE)
+    with db.connect(support) as c:
+        for hint in (sales_oid, support_oid):
+            c.execute("SELECT set_config('aidb_memory.granted_role', %s, false)", (str(hint),))
+            for call in FAST_CALLS:
+                _refused(c, CALLS[call], _params(tenants), call.split(" ")[0])
+    assert db.sql(STATE) == before
+    with db.connect(sales) as c:
+        for hint in ("", "x", "0", "-1", "1e3", "4294967296", "99999999999", f" {sales_oid}"):
+            c.execute("SELECT set_config('aidb_memory.granted_role', %s, false)", (hint,))
+            for call in FAST_CALLS:
+                c.execute(CALLS[call], _params(tenants)).fetchall()
+    # A namespace granted to another role only: the hint of sales' grant of NS opens nothing.
+    other = _role(db, "other")
+    db.sql("SELECT aidb_memory.init('other_ns')")
+    db.sql("SELECT aidb_memory.namespace_grant('other_ns', %s)", (other,))
+    db.sql("SELECT * FROM aidb_memory.session_start('other_ns', %s, NULL, 's')", (ACTOR,))
+    with db.connect(sales) as c:
+        c.execute(CALLS["add"], _params(tenants))  # sets the hint
+        for call in FAST_CALLS:
+            _refused(c, CALLS[call], _params(tenants, "other_ns"), call.split(" ")[0])
+    assert (
+        db.value(
+            "SELECT count(*) FROM aidb_memory.turn t JOIN aidb_memory.session s "
+            "ON s.id = t.session_ref JOIN aidb_memory.namespace n ON n.id = s.namespace_id "
+            "WHERE n.name = 'other_ns'"
+        )
+        == 0
+    )
+    db.sql(f"DROP ROLE {other}")
