@@ -162,15 +162,8 @@ BEGIN
             -- aidb_memory.actor_key($1, $2), written out (as in add_fast).
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
-            IF _hint ~ '^[1-9][0-9]{0,9}$' THEN  -- (an OID; anything else, no hint)
-                IF _hint::bigint < 4294967296 THEN
-                    _role := _hint::bigint::oid;
-                    IF pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
-                                   _role, 'USAGE') THEN
-                        _role_name := pg_get_userbyid(_role);
-                    END IF;
-                END IF;
-            END IF;
+            -- _role, _role_name: the hint, if the caller has its privileges (sql/31_add_fast.sql)
+            @granted_role_hint@
             LOOP
                 SELECT s.id, s.xmin::text AS version, s.next_seq, s.total_chars, s.tail_round_start,
                        coalesce(m.to_seq, 0) AS covered_seq, coalesce(m.to_offset, 0) AS covered_offset,
@@ -202,14 +195,8 @@ BEGIN
                 _hit := FOUND;
                 EXIT WHEN _hit;
                 -- Nothing found: in a namespace with grants, the role that lets the caller in,
-                -- unless the statement already tried it.
-                PERFORM FROM aidb_memory.namespace AS n WHERE n.name = $1 AND n.restricted;
-                EXIT WHEN NOT FOUND;
-                _found := aidb_memory.namespace_role($1);
-                EXIT WHEN _found IS NULL OR (_found = _role AND _role_name IS NOT NULL);
-                PERFORM set_config('aidb_memory.granted_role', _found::text, false);
-                _role := _found;
-                _role_name := pg_get_userbyid(_found);
+                -- unless the statement already tried it (sql/31_add_fast.sql).
+                @granted_role_retry@
             END LOOP;
             IF _hit THEN
                 _lo_offset := 0;

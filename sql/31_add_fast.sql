@@ -59,6 +59,7 @@ BEGIN
             -- planned again in every transaction (~40 us).
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
+            -- BEGIN granted_role_hint
             IF _hint ~ '^[1-9][0-9]{0,9}$' THEN  -- (an OID; anything else, no hint)
                 IF _hint::bigint < 4294967296 THEN
                     _role := _hint::bigint::oid;
@@ -68,6 +69,7 @@ BEGIN
                     END IF;
                 END IF;
             END IF;
+            -- END granted_role_hint
             LOOP
                 WITH x AS (
                     SELECT u.o, u.t->>'role' AS role, u.t->>'content' AS content,
@@ -176,6 +178,7 @@ BEGIN
                 END IF;
                 -- Nothing written: in a namespace with grants, the role that lets the caller in,
                 -- unless the statement already tried it.
+                -- BEGIN granted_role_retry
                 PERFORM FROM aidb_memory.namespace AS n WHERE n.name = $1 AND n.restricted;
                 EXIT WHEN NOT FOUND;
                 _found := aidb_memory.namespace_role($1);
@@ -183,6 +186,7 @@ BEGIN
                 PERFORM set_config('aidb_memory.granted_role', _found::text, false);
                 _role := _found;
                 _role_name := pg_get_userbyid(_found);
+                -- END granted_role_retry
             END LOOP;
         END IF;
     END;

@@ -44,15 +44,8 @@ BEGIN
             -- that Citus routes it to the actor's shard.
             _key := ('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8),
                                    'hex'))::bit(64)::bigint;
-            IF _hint ~ '^[1-9][0-9]{0,9}$' THEN  -- (an OID; anything else, no hint)
-                IF _hint::bigint < 4294967296 THEN
-                    _role := _hint::bigint::oid;
-                    IF pg_has_role(coalesce(nullif(current_setting('role'), 'none'), session_user),
-                                   _role, 'USAGE') THEN
-                        _role_name := pg_get_userbyid(_role);
-                    END IF;
-                END IF;
-            END IF;
+            -- _role, _role_name: the hint, if the caller has its privileges (sql/31_add_fast.sql)
+            @granted_role_hint@
             LOOP
                 -- One statement: the namespace and the memory together, the namespace's checks
                 -- in its conditions (a row found was written under the identifier rules: its
@@ -105,14 +98,9 @@ BEGIN
                     RETURN;
                 END IF;
                 -- Nothing found: in a namespace with grants, the role that lets the caller in,
-                -- unless the statement already tried it (then the Python code answers).
-                PERFORM FROM aidb_memory.namespace AS n WHERE n.name = $1 AND n.restricted;
-                EXIT WHEN NOT FOUND;
-                _found := aidb_memory.namespace_role($1);
-                EXIT WHEN _found IS NULL OR (_found = _role AND _role_name IS NOT NULL);
-                PERFORM set_config('aidb_memory.granted_role', _found::text, false);
-                _role := _found;
-                _role_name := pg_get_userbyid(_found);
+                -- unless the statement already tried it (then the Python code answers;
+                -- sql/31_add_fast.sql).
+                @granted_role_retry@
             END LOOP;
         END IF;
     END;

@@ -40,7 +40,7 @@ import pglast
 from pglast import ast as pg
 from pglast.enums import A_Expr_Kind, BoolExprType, JoinType, SetOperation, SubLinkType
 
-from aidb_memory.install.codebundle import expand_fragments, fragments
+from aidb_memory.install.codebundle import expand_fragments, sql_fragments
 
 SCHEMA = "aidb_memory"
 KEY = "actor_key"
@@ -1090,10 +1090,10 @@ def collect(repo: Path) -> Server:
 
     # SQL first: the views over per-actor tables are per-actor relations in the Python's SQL too.
     sql_dir = repo / "sql"
+    written = sql_fragments(sql_dir)
     for path in sorted(sql_dir.glob("*.sql")):
         text = path.read_text()
         rel = str(path.relative_to(repo))
-        written = fragments(path, text)
         for raw in pglast.parse_sql(text):
             stmt = raw.stmt
             start = raw.stmt_location

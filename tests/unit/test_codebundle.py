@@ -305,11 +305,36 @@ def test_a_statement_written_once_stands_where_another_function_names_it(tmp_pat
 
 def test_a_name_no_statement_has_or_one_written_twice_is_refused(tmp_path: Path) -> None:
     unknown = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql("b", "    @counts@")
-    assert "@counts@ names no statement of the file" in refused(tmp_path, unknown)
+    assert "@counts@ names no lines of sql/" in refused(tmp_path, unknown)
     twice = _plpgsql("a", f"    RETURN (\n{SHARED}    );") + _plpgsql(
         "b", f"    RETURN (\n{SHARED}    );"
     )
     assert "-- BEGIN count stands twice" in refused(tmp_path, twice)
+
+
+def test_lines_written_in_another_file_or_within_other_lines_are_expanded(
+    tmp_path: Path,
+) -> None:
+    """A fragment of another sql/ file stands where it is named, and the ``@<name>@`` lines of
+    a fragment are expanded where the fragment stands."""
+    outer = "    -- BEGIN outer\n    RETURN 1 + (\n    @count@\n    );\n    -- END outer\n"
+    sql_files(tmp_path, _plpgsql("a", f"    RETURN (\n{SHARED}    );"), "10_a.sql")
+    b, c = sql_files(tmp_path, _plpgsql("b", outer) + _plpgsql("c", "    @outer@"), "20_b.sql")[
+        1
+    ].statements
+    for body in (b, c):
+        assert "    RETURN 1 + (\n    SELECT count(*)\n    FROM pg_catalog.pg_class\n" in body
+        assert "@count@" not in body
+    assert "@outer@" not in c
+
+
+def test_a_name_written_in_two_files_or_within_itself_is_refused(tmp_path: Path) -> None:
+    sql_files(tmp_path, _plpgsql("a", f"    RETURN (\n{SHARED}    );"), "10_a.sql")
+    message = refused(tmp_path, _plpgsql("b", f"    RETURN (\n{SHARED}    );"), "20_b.sql")
+    assert "-- BEGIN count stands in sql/10_a.sql too" in message
+    (tmp_path / "sql" / "10_a.sql").unlink()
+    loop = "    -- BEGIN again\n    @again@\n    -- END again\n"
+    assert "@again@ stands within its own lines" in refused(tmp_path, _plpgsql("a", loop))
 
 
 def test_only_a_line_of_its_own_names_a_statement(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aidb_memory.install.codebundle import expand_fragments
+from aidb_memory.install.codebundle import expand_fragments, sql_fragments
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SESSIONS = SQL_DIR / "30_sessions.sql"
@@ -33,7 +33,7 @@ def test_the_read_statement_is_written_once() -> None:
 
 
 def test_session_get_and_session_messages_run_it_after_their_own_plan() -> None:
-    text = expand_fragments(SESSIONS, SESSIONS.read_text())
+    text = expand_fragments(SESSIONS, SESSIONS.read_text(), sql_fragments(SQL_DIR))
     for function in ("session_get", "session_messages"):
         body = _body(text, function)
         assert body.count(WINDOW) == 1

@@ -579,18 +579,20 @@ def _check_targets(files: list[tuple[Path, Parsed]], modules: tuple[Module, ...]
                 raise SqlSourceError(f"sql/{path.name}: {target}: {module} defines no {attr}")
 
 
-# A statement that two functions of one sql/ file run is written once (issue 28): in one of them,
-# between the lines ``-- BEGIN <name>`` and ``-- END <name>``; the other holds the line
-# ``@<name>@`` where it runs it. Each function then has the statement in its own body, so each
-# plans it for itself (a function both called would cost a call, and the planner could not drop
-# the columns one caller does not use); unexpanded, ``@<name>@`` is a syntax error, never code.
+# Lines that several functions run are written once (issue 28): in one of them, between the
+# lines ``-- BEGIN <name>`` and ``-- END <name>``; the others hold the line ``@<name>@`` where
+# they run them, in the same sql/ file or another one (a name is written once in sql/), and the
+# lines may hold ``@<name>@`` lines of their own. Each function then has the lines in its own
+# body, so each plans their statements for itself (a function both called would cost a call,
+# and the planner could not drop the columns one caller does not use); unexpanded, ``@<name>@``
+# is a syntax error, never code.
 _FRAGMENT = re.compile(r"^[ \t]*-- BEGIN (\w+)\n(.*?)\n[ \t]*-- END \1[ \t]*$", re.M | re.S)
 _FRAGMENT_USE = re.compile(r"^[ \t]*@(\w+)@[ \t]*$", re.M)
 
 
 def fragments(path: Path, text: str) -> dict[str, str]:
-    """The statements ``text`` writes between ``-- BEGIN <name>`` and ``-- END <name>``, by
-    name (a name written twice is refused)."""
+    """The lines ``text`` writes between ``-- BEGIN <name>`` and ``-- END <name>``, by name (a
+    name written twice is refused)."""
     found: dict[str, str] = {}
     for m in _FRAGMENT.finditer(text):
         if m.group(1) in found:
@@ -599,26 +601,50 @@ def fragments(path: Path, text: str) -> dict[str, str]:
     return found
 
 
+def sql_fragments(sql_dir: Path) -> dict[str, str]:
+    """The fragments (:func:`fragments`) of every file of ``sql_dir``, by name (a name written
+    in two files is refused)."""
+    found: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for path in sorted(sql_dir.glob("*.sql")):
+        for name, lines in fragments(path, path.read_text(encoding="utf-8")).items():
+            if name in found:
+                raise SqlSourceError(
+                    f"sql/{path.name}: -- BEGIN {name} stands in sql/{where[name]} too"
+                )
+            found[name] = lines
+            where[name] = path.name
+    return found
+
+
 def expand_fragments(path: Path, text: str, written: dict[str, str] | None = None) -> str:
-    """``text`` with each line ``@<name>@`` replaced by the lines of the file between
-    ``-- BEGIN <name>`` and ``-- END <name>`` (:func:`fragments`, or ``written``)."""
+    """``text`` with each line ``@<name>@`` replaced by the lines between ``-- BEGIN <name>``
+    and ``-- END <name>`` (of ``text``: :func:`fragments`; or ``written``), expanded too."""
     found = fragments(path, text) if written is None else written
 
-    def lines_of(use: re.Match[str]) -> str:
-        if use.group(1) not in found:
-            raise SqlSourceError(
-                f"sql/{path.name}: @{use.group(1)}@ names no statement of the file "
-                f"(-- BEGIN {use.group(1)} ... -- END {use.group(1)})"
-            )
-        return found[use.group(1)]
+    def expand(lines: str, within: tuple[str, ...]) -> str:
+        def lines_of(use: re.Match[str]) -> str:
+            name = use.group(1)
+            if name not in found:
+                raise SqlSourceError(
+                    f"sql/{path.name}: @{name}@ names no lines of sql/ "
+                    f"(-- BEGIN {name} ... -- END {name})"
+                )
+            if name in within:
+                raise SqlSourceError(f"sql/{path.name}: @{name}@ stands within its own lines")
+            return expand(found[name], (*within, name))
 
-    return _FRAGMENT_USE.sub(lines_of, text)
+        return _FRAGMENT_USE.sub(lines_of, lines)
+
+    return expand(text, ())
 
 
 def _parse_sql_dir(sql_dir: Path) -> list[tuple[Path, Parsed]]:
     files = []
+    written = sql_fragments(sql_dir)
     for path in sorted(sql_dir.glob("*.sql")):
-        parsed = parse_statements(path, expand_fragments(path, path.read_text(encoding="utf-8")))
+        text = path.read_text(encoding="utf-8")
+        parsed = parse_statements(path, expand_fragments(path, text, written))
         _lint_sql_file(path, parsed)
         files.append((path, parsed))
     return files
