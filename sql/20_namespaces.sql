@@ -60,13 +60,12 @@ DECLARE
     ids oid[];
     names name[];
 BEGIN
-    -- The grants in a statement, the roles in expressions: on Citus the grants are a reference
+    -- The grants in a statement (their copies in the namespace row, which namespace_grant and
+    -- namespace_revoke keep), the roles in expressions: on Citus the namespaces are a reference
     -- table, which a statement may read on a worker, and the roles are this node's, whose OIDs
     -- the grants hold.
-    SELECT array_agg(g.role_id ORDER BY g.role_id), array_agg(g.role_name ORDER BY g.role_id)
-    INTO ids, names
+    SELECT n.grant_role_ids, n.grant_role_names INTO ids, names
     FROM aidb_memory.namespace AS n
-    JOIN aidb_memory.namespace_grant AS g ON g.namespace_id = n.id
     WHERE n.name = $1;
     -- A grant holds while its role has the OID and the name it was granted with
     -- (migrations/0027_namespace_grants.sql; pg_get_userbyid names no role for a dropped OID).

@@ -180,11 +180,10 @@ BEGIN
                     WHERE x.actor_key = _key AND x.session_ref = s.id ORDER BY x.to_seq DESC LIMIT 1
                 ) AS m ON true
                 WHERE n.name = $1
-                  -- (a scalar subquery, one row at most by the grants' key: for an EXISTS the
-                  -- planner would hash every grant)
+                  -- (the grants' copies in the namespace row: a subquery on namespace_grant would
+                  -- cost every call, of open namespaces too, its executor set-up)
                   AND (NOT n.restricted
-                       OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
-                           WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                       OR n.grant_role_names[array_position(n.grant_role_ids, _role)] = _role_name)
                   AND greatest(length($2), length($3))
                       <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                   AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'

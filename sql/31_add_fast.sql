@@ -101,11 +101,10 @@ BEGIN
                         tail_joinable = false, tail_item_type = NULL
                     FROM aidb_memory.namespace AS n, agg
                     WHERE n.name = $1 AND n.state = 'ACTIVE'
-                      -- (a scalar subquery, one row at most by the grants' key: for an
-                      -- EXISTS the planner would hash every grant)
+                      -- (the grants' copies in the namespace row: a subquery on namespace_grant would
+                      -- cost every call, of open namespaces too, its executor set-up)
                       AND (NOT n.restricted
-                           OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
-                               WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                           OR n.grant_role_names[array_position(n.grant_role_ids, _role)] = _role_name)
                       AND agg.plain AND agg.n >= 1
                       AND agg.n <= coalesce((n.config->>'max_turns_per_add')::int, 1000)
                       AND agg.longest <= coalesce((n.config->>'max_turn_chars')::int, 100000)

@@ -64,10 +64,10 @@ BEGIN
                         ON m.actor_key = _key AND m.public_id = $3
                        AND m.namespace_id + 0 = n.id AND m.actor_id || '' = $2
                     WHERE n.name = $1
-                      -- (a scalar subquery, as in add_fast)
+                      -- (the grants' copies in the namespace row: a subquery on namespace_grant would
+                      -- cost every call, of open namespaces too, its executor set-up)
                       AND (NOT n.restricted
-                           OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
-                               WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                           OR n.grant_role_names[array_position(n.grant_role_ids, _role)] = _role_name)
                       AND length($2) <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                       AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'
                            OR $2 = session_user)
@@ -83,10 +83,10 @@ BEGIN
                         ON m.actor_key = _key AND m.namespace_id = n.id AND m.actor_id = $2
                        AND m.key = $4 AND m.valid_to IS NULL
                     WHERE n.name = $1
-                      -- (a scalar subquery, as in add_fast)
+                      -- (the grants' copies in the namespace row: a subquery on namespace_grant would
+                      -- cost every call, of open namespaces too, its executor set-up)
                       AND (NOT n.restricted
-                           OR (SELECT g.role_name FROM aidb_memory.namespace_grant AS g
-                               WHERE g.namespace_id = n.id AND g.role_id = _role) = _role_name)
+                           OR n.grant_role_names[array_position(n.grant_role_ids, _role)] = _role_name)
                       AND greatest(length($2), length($4))
                           <= coalesce((n.config->>'max_identifier_chars')::int, 255)
                       AND (coalesce(n.config->>'actor_binding', 'none') <> 'session_user'

@@ -150,17 +150,30 @@ WHERE namespace_id = $1 AND (role_name = $2 OR role_id = $3::bigint::oid)
 RETURNING role_id
 """
 # Two statements rather than an UPDATE with a subquery: Citus plans neither a VOLATILE function
-# nor every subquery in an UPDATE of a reference table.
-_HAS_GRANTS = (
-    "SELECT EXISTS (SELECT 1 FROM aidb_memory.namespace_grant WHERE namespace_id = $1) AS e"
-)
-_RESTRICTED = "UPDATE aidb_memory.namespace SET restricted = $2 WHERE id = $1 AND restricted <> $2"
+# nor every subquery in an UPDATE of a reference table. The fast paths read the grants' copies
+# in the namespace row (migrations/0029_namespace_grant_arrays.sql).
+_GRANTS = """
+SELECT coalesce(array_agg(role_id::bigint ORDER BY role_id), '{}') AS ids,
+       coalesce(array_agg(role_name::text ORDER BY role_id), '{}') AS names
+FROM aidb_memory.namespace_grant WHERE namespace_id = $1
+"""
+_RESTRICTED = """
+UPDATE aidb_memory.namespace
+SET restricted = cardinality($2::bigint[]) > 0, grant_role_ids = $2::bigint[]::oid[],
+    grant_role_names = $3::text[]::name[]
+WHERE id = $1
+  AND (grant_role_ids <> $2::bigint[]::oid[] OR grant_role_names <> $3::text[]::name[]
+       OR restricted <> (cardinality($2::bigint[]) > 0))
+"""
 
 
 def _keep_restricted(ns_id: int) -> None:
-    """namespace.restricted as the grants now say (the row is locked by _locked)."""
-    has = bool(db.execute(_HAS_GRANTS, ("bigint",), (ns_id,))[0]["e"])
-    db.execute(_RESTRICTED, ("bigint", "boolean"), (ns_id, has))
+    """namespace.restricted and the grants' copies as the grants now say (the row is locked by
+    _locked)."""
+    grants = db.execute(_GRANTS, ("bigint",), (ns_id,))[0]
+    db.execute(
+        _RESTRICTED, ("bigint", "bigint[]", "text[]"), (ns_id, grants["ids"], grants["names"])
+    )
 
 
 # NO KEY: an application's open transaction that wrote a session or a memory holds a KEY SHARE
