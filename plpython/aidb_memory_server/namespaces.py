@@ -157,7 +157,7 @@ SELECT coalesce(array_agg(role_id::bigint ORDER BY role_id), '{}') AS ids,
        coalesce(array_agg(role_name::text ORDER BY role_id), '{}') AS names
 FROM aidb_memory.namespace_grant WHERE namespace_id = $1
 """
-_RESTRICTED = """
+_SET_COPIES = """
 UPDATE aidb_memory.namespace
 SET restricted = cardinality($2::bigint[]) > 0, grant_role_ids = $2::bigint[]::oid[],
     grant_role_names = $3::text[]::name[]
@@ -167,12 +167,12 @@ WHERE id = $1
 """
 
 
-def _keep_restricted(ns_id: int) -> None:
+def _keep_grant_copies(ns_id: int) -> None:
     """namespace.restricted and the grants' copies as the grants now say (the row is locked by
     _locked)."""
     grants = db.execute(_GRANTS, ("bigint",), (ns_id,))[0]
     db.execute(
-        _RESTRICTED, ("bigint", "bigint[]", "text[]"), (ns_id, grants["ids"], grants["names"])
+        _SET_COPIES, ("bigint", "bigint[]", "text[]"), (ns_id, grants["ids"], grants["names"])
     )
 
 
@@ -215,7 +215,7 @@ def namespace_grant(namespace: str | None, role: str | None) -> bool:
         ("bigint", "bigint", "text", "timestamptz"),
         (ns_id, r["oid"], r["name"], db.clock()),
     )
-    _keep_restricted(ns_id)
+    _keep_grant_copies(ns_id)
     return bool(done.nrows() and done[0]["inserted"])
 
 
@@ -229,5 +229,5 @@ def namespace_revoke(namespace: str | None, role: str | None) -> bool:
     found = db.execute(_ROLE, ("text",), (role,))
     oid = found[0]["oid"] if found.nrows() else None
     gone = db.execute(_REVOKE, ("bigint", "text", "bigint"), (ns_id, role, oid))
-    _keep_restricted(ns_id)
+    _keep_grant_copies(ns_id)
     return bool(gone.nrows())
