@@ -91,6 +91,14 @@ def prepare(
         )
         if granted:
             conn.execute("SELECT aidb_memory.namespace_grant(%s, 'compare_app')", (NS,))
+    conn.close()
+    return connect(dsn, as_app)
+
+
+def connect(dsn: str, as_app: bool) -> psycopg.Connection[Any]:
+    """A new backend for a version's calls (as the application's role with ``as_app``)."""
+    conn = psycopg.connect(dsn, autocommit=True)
+    if as_app:
         conn.execute("SET ROLE compare_app")
     return conn
 
@@ -156,6 +164,16 @@ def backend_cpu_ns(pid: int) -> int | None:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def warm_up(conn: psycopg.Connection[Any], ops: list[str], n: int) -> int:
+    """A new backend's pid, after an untimed burst of each call: its first calls load caches
+    and plans that every later call finds."""
+    for op in ops:
+        burst(conn, op, n)
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
@@ -250,6 +268,15 @@ def main() -> int:
     )
     parser.add_argument("--burst", type=int, default=30, help="calls per burst (default 30)")
     parser.add_argument(
+        "--reconnect",
+        type=int,
+        default=40,
+        metavar="ROUNDS",
+        help="a new backend for each version every ROUNDS rounds (default 40; 0: one backend "
+        "for the whole run): two backends running the same calls differ by up to 5%% in CPU "
+        "per call, which one backend per version would read as a difference of the versions",
+    )
+    parser.add_argument(
         "--big-turns",
         type=int,
         default=100_000,
@@ -283,18 +310,14 @@ def main() -> int:
     # pages come back from the OS's cache would pay for it in backend CPU.
     buffers = max(1024, 256 * len(trees) * max(1, args.big_turns // 100_000))
     with ThrowawayServer(postgres_args=f"-c shared_buffers={buffers}MB") as server:
-        conns, pids = {}, {}
+        conns, pids, dsns = {}, {}, {}
         for i, (label, tree) in enumerate(trees):
             with psycopg.connect(server.dsn(), autocommit=True) as admin:
                 admin.execute(f"CREATE DATABASE compare_{i}")
             print(f"compare: installing {label} ({tree})", flush=True)
             granted = label in args.granted
-            conns[label] = prepare(
-                server.dsn(f"compare_{i}"), tree, args.big_turns, bool(args.granted), granted
-            )
-            row = conns[label].execute("SELECT pg_backend_pid()").fetchone()
-            assert row is not None
-            pids[label] = int(row[0])
+            dsns[label] = server.dsn(f"compare_{i}")
+            conns[label] = prepare(dsns[label], tree, args.big_turns, bool(args.granted), granted)
         print(
             f"compare: rounds of {args.burst} calls of each of {', '.join(ops)} per version, "
             + (f"{args.rounds} rounds" if args.rounds else f"for {args.seconds:.0f} s"),
@@ -306,6 +329,12 @@ def main() -> int:
         while (
             r < args.rounds if args.rounds else time.monotonic() - started < args.seconds
         ) or r < 2:
+            if r == 0 or (args.reconnect and r % args.reconnect == 0):
+                for label, _ in trees:
+                    if r:
+                        conns[label].close()
+                        conns[label] = connect(dsns[label], bool(args.granted))
+                    pids[label] = warm_up(conns[label], ops, args.burst)
             for label, _ in trees if r % 2 == 0 else trees[::-1]:
                 for op in ops:
                     before = backend_cpu_ns(pids[label])
