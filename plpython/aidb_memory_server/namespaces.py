@@ -18,7 +18,19 @@ RETURNING id
 _SELECT = """
 SELECT id, model_spec::text, config::text, state FROM aidb_memory.namespace WHERE name = $1
 """
-_LOCK = _SELECT + "FOR UPDATE"
+# The row locked by a write of it (an UPDATE that changes nothing) rather than SELECT ... FOR
+# UPDATE: each db.execute is a subtransaction of its own, and a row locked by one and then
+# updated by another keeps, as its old version, a tuple whose xmax is a MultiXact, which every
+# later reader of the namespace (every call of every actor: the fast paths, the foreign keys)
+# resolves again until a vacuum removes it (bench/README.md, issue 35). Written first, the row's
+# old version has a plain xmax, which its hint bit answers.
+_LOCK = """
+WITH u AS (
+    UPDATE aidb_memory.namespace SET state = state WHERE name = $1
+    RETURNING id, model_spec, config, state
+)
+SELECT id, model_spec::text, config::text, state FROM u
+"""
 # The time is a parameter (db.clock) and the timestamps are formatted outside the UPDATE: Citus
 # takes neither a VOLATILE function in an UPDATE of a reference table nor a STABLE one (to_json)
 # in its RETURNING.
@@ -132,8 +144,9 @@ def _require_text_search_config(fn: str, cfg: dict[str, Any]) -> None:
 _ROLE = (
     "SELECT oid::bigint AS oid, rolname::text AS name FROM pg_catalog.pg_roles WHERE rolname = $1"
 )
-# Both in the statement that changes the grants, under the namespace row's lock (_LOCK): a
-# concurrent grant and revoke cannot leave `restricted` saying other than the grants.
+# Under the namespace row's lock (_LOCK_GRANTS), with the grants' copies (_SET_COPIES): a
+# concurrent grant and revoke cannot leave `restricted` or the copies saying other than the
+# grants.
 _GRANT = """
 INSERT INTO aidb_memory.namespace_grant (namespace_id, role_id, role_name, granted_by, granted_at)
 VALUES ($1, $2::bigint::oid, $3, session_user, $4)
@@ -149,12 +162,13 @@ DELETE FROM aidb_memory.namespace_grant
 WHERE namespace_id = $1 AND (role_name = $2 OR role_id = $3::bigint::oid)
 RETURNING role_id
 """
-# Two statements rather than an UPDATE with a subquery: Citus plans neither a VOLATILE function
-# nor every subquery in an UPDATE of a reference table. The fast paths read the grants' copies
-# in the namespace row (migrations/0029_namespace_grant_arrays.sql).
+# The grants' copies in the namespace row (migrations/0029_namespace_grant_arrays.sql), which the
+# fast paths read, as the grants will be: written before the grant itself, whose foreign key
+# locks the row (_LOCK says why the row is written by no statement after one that locked it).
+# Set from parameters: Citus plans neither a VOLATILE function nor every subquery in an UPDATE
+# of a reference table.
 _GRANTS = """
-SELECT coalesce(array_agg(role_id::bigint ORDER BY role_id), '{}') AS ids,
-       coalesce(array_agg(role_name::text ORDER BY role_id), '{}') AS names
+SELECT role_id::bigint AS role_id, role_name::text AS role_name
 FROM aidb_memory.namespace_grant WHERE namespace_id = $1
 """
 _SET_COPIES = """
@@ -167,18 +181,28 @@ WHERE id = $1
 """
 
 
-def _keep_grant_copies(ns_id: int) -> None:
-    """namespace.restricted and the grants' copies as the grants now say (the row is locked by
-    _locked)."""
-    grants = db.execute(_GRANTS, ("bigint",), (ns_id,))[0]
+def _grants(ns_id: int) -> dict[int, str]:
+    """The namespace's grants now: role OID to the name it was granted under."""
+    return {int(r["role_id"]): r["role_name"] for r in db.execute(_GRANTS, ("bigint",), (ns_id,))}
+
+
+def _keep_grant_copies(ns_id: int, grants: dict[int, str]) -> None:
+    """namespace.restricted and the grants' copies as ``grants`` (in role OID order) says (the
+    row is locked by _locked)."""
+    ids = sorted(grants)
     db.execute(
-        _SET_COPIES, ("bigint", "bigint[]", "text[]"), (ns_id, grants["ids"], grants["names"])
+        _SET_COPIES,
+        ("bigint", "bigint[]", "text[]"),
+        (ns_id, ids, [grants[i] for i in ids]),
     )
 
 
-# NO KEY: an application's open transaction that wrote a session or a memory holds a KEY SHARE
-# lock on the namespace row (their foreign keys); a grant waits for no application.
-_LOCK_GRANTS = _SELECT + "FOR NO KEY UPDATE"
+# The lock of grants: NO KEY, as an UPDATE takes it. An application's open transaction that
+# wrote a session or a memory holds a KEY SHARE lock on the namespace row (their foreign keys);
+# a grant waits for no application.
+_LOCK_GRANTS = """
+UPDATE aidb_memory.namespace SET restricted = restricted WHERE name = $1 RETURNING id
+"""
 
 
 def _locked(fn: str, name: str | None) -> int:
@@ -210,12 +234,14 @@ def namespace_grant(namespace: str | None, role: str | None) -> bool:
             hint="name a role as pg_roles spells it (SELECT rolname FROM pg_roles)",
         )
     r = found[0]
+    grants = _grants(ns_id)
+    grants[int(r["oid"])] = r["name"]  # as _GRANT's ON CONFLICT: the name it has now
+    _keep_grant_copies(ns_id, grants)
     done = db.execute(
         _GRANT,
         ("bigint", "bigint", "text", "timestamptz"),
         (ns_id, r["oid"], r["name"], db.clock()),
     )
-    _keep_grant_copies(ns_id)
     return bool(done.nrows() and done[0]["inserted"])
 
 
@@ -228,6 +254,9 @@ def namespace_revoke(namespace: str | None, role: str | None) -> bool:
     ns_id = _locked(fn, namespace)
     found = db.execute(_ROLE, ("text",), (role,))
     oid = found[0]["oid"] if found.nrows() else None
+    grants = _grants(ns_id)
+    _keep_grant_copies(  # as _REVOKE deletes
+        ns_id, {i: n for i, n in grants.items() if n != role and i != oid}
+    )
     gone = db.execute(_REVOKE, ("bigint", "text", "bigint"), (ns_id, role, oid))
-    _keep_grant_copies(ns_id)
     return bool(gone.nrows())

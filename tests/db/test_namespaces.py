@@ -6,11 +6,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from aidb_memory.install.installer import Package, install
 from aidb_memory.throwaway import ThrowawayServer
 from conftest import ADMIN_USER, Database, _create_database, _drop_database
 
@@ -478,3 +480,83 @@ def test_json_round_trip_keeps_unicode_and_large_values(db: Database) -> None:
     )
     row = _row(db, "ü")
     assert (row["model_spec"], row["config"]) == (spec, cfg)
+
+
+def _multixact_versions(db: Database) -> list[tuple[Any, ...]]:
+    """The namespace table's row versions whose xmax is a MultiXact (pageinspect: a dead version
+    stays on its page, unseen by SELECT, until a vacuum)."""
+    return db.sql(
+        """
+        SELECT p.blkno, i.lp, i.t_xmax::text
+        FROM generate_series(0, pg_relation_size('aidb_memory.namespace')
+                                / current_setting('block_size')::int - 1) AS p(blkno),
+             heap_page_items(get_raw_page('aidb_memory.namespace', p.blkno::int)) AS i
+        WHERE i.t_infomask & 4096 <> 0  -- HEAP_XMAX_IS_MULTI
+        """
+    )
+
+
+def test_admin_changes_leave_no_multixact_in_the_namespace_rows(db: Database) -> None:
+    # Every call of every actor reads its namespace's row; a version of it whose xmax is a
+    # MultiXact is resolved again by each of those reads until a vacuum (which a table of a few
+    # rows rarely gets): ~10 us of each add (bench/README.md, issue 35). Each statement of the
+    # Python code is a subtransaction of its own, and a row locked by one and written by another
+    # leaves one behind.
+    db.sql("CREATE EXTENSION IF NOT EXISTS pageinspect")
+    db.sql("CREATE ROLE mx_tenant IN ROLE aidb_users")
+    try:
+        db.sql("SELECT aidb_memory.init('mx', '{}', '{\"extraction\": false}')", user=ADMIN_USER)
+        before = _multixact_versions(db)
+        db.sql("SELECT aidb_memory.namespace_grant('mx', 'mx_tenant')", user=ADMIN_USER)
+        db.sql("SELECT aidb_memory.namespace_grant('mx', 'mx_tenant')", user=ADMIN_USER)
+        db.sql(
+            "SELECT aidb_memory.namespace_update('mx', NULL, '{\"max_turns_per_add\": 9}')",
+            user=ADMIN_USER,
+        )
+        db.sql("SELECT aidb_memory.namespace_revoke('mx', 'mx_tenant')", user=ADMIN_USER)
+        assert _multixact_versions(db) == before
+        row = _row(db, "mx")
+        assert row["config"]["max_turns_per_add"] == 9
+        assert (
+            db.value(
+                "SELECT (restricted, grant_role_ids, grant_role_names)::text "
+                "FROM aidb_memory.namespace WHERE name = 'mx'"
+            )
+            == "(f,{},{})"
+        )
+    finally:
+        db.sql("DROP ROLE mx_tenant")  # roles are the cluster's; the database is the test's
+
+
+def test_a_changed_namespace_row_is_vacuumed_soon(server_pylib: Path, template_db: object) -> None:
+    # Migration 0030: the namespace table is vacuumed after any change, so that the row version a
+    # change leaves behind is not visited by every call for long (autovacuum's default thresholds
+    # wait for 50 dead rows). A server of its own, which looks for work every second.
+    server = ThrowawayServer(postgres_args="-c autovacuum_naptime=1")
+    try:
+        with psycopg.connect(server.dsn()) as setup:
+            install(setup, Package.load(), say=lambda _line: None)
+            setup.commit()
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO aidb_memory.runtime_settings (key, value) "
+                "VALUES ('server_pythonpath', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(server_pylib),),
+            )
+            conn.execute("SELECT aidb_memory.init('av', '{}', '{\"extraction\": false}')")
+            conn.execute("VACUUM aidb_memory.namespace")
+            conn.execute(
+                "SELECT aidb_memory.namespace_update('av', NULL, '{\"max_turns_per_add\": 9}')"
+            )
+            changed = conn.execute("SELECT clock_timestamp()").fetchone()
+            vacuumed = (
+                "SELECT coalesce(last_autovacuum > %s, false) FROM pg_catalog.pg_stat_user_tables "
+                "WHERE relid = 'aidb_memory.namespace'::regclass"
+            )
+            deadline = time.monotonic() + TIMEOUT_S
+            while conn.execute(vacuumed, changed).fetchone() != (True,):
+                assert time.monotonic() < deadline, "no vacuum of the namespace table"
+                time.sleep(0.2)
+    finally:
+        server.stop()
