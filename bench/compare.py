@@ -98,28 +98,28 @@ def prepare(
 
 # A grant leaves a dead version of the namespace row, which every call visits until autovacuum
 # removes it (migration 0030: within a minute or two of any change); the calls are timed after.
-_NAMESPACE_DEAD = (
-    "SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables "
+_VACUUMED_AFTER_CHANGES = (
+    "SELECT 'autovacuum_vacuum_threshold=0' = ANY (c.reloptions) FROM pg_catalog.pg_class AS c "
+    "WHERE c.oid = 'aidb_memory.namespace'::pg_catalog.regclass"
+)
+# (Not n_dead_tup = 0: the grant's dead rows reach the statistics up to a second later.)
+_VACUUMED_SINCE = (
+    "SELECT coalesce(last_autovacuum > %s, false) FROM pg_catalog.pg_stat_user_tables "
     "WHERE relid = 'aidb_memory.namespace'::pg_catalog.regclass"
 )
 VACUUM_WAIT_S = 600
 
 
-_VACUUMED_AFTER_CHANGES = (
-    "SELECT 'autovacuum_vacuum_threshold=0' = ANY (c.reloptions) FROM pg_catalog.pg_class AS c "
-    "WHERE c.oid = 'aidb_memory.namespace'::pg_catalog.regclass"
-)
-
-
 def wait_for_vacuum(conn: psycopg.Connection[Any]) -> None:
-    """Wait until autovacuum has vacuumed the namespace table: what a namespace with grants
-    costs its calls from then on, not in the minute after the grant. A version before migration
-    0030 is not vacuumed for long, and is timed as it is."""
+    """Wait until autovacuum has vacuumed the namespace table since the grant: what a namespace
+    with grants costs its calls from then on, not in the minute after the grant. A version
+    before migration 0030 is not vacuumed for long, and is timed as it is."""
     if conn.execute(_VACUUMED_AFTER_CHANGES).fetchone() != (True,):
         return
     print("compare: waiting for autovacuum of the namespace table after the grant", flush=True)
+    granted = conn.execute("SELECT pg_catalog.clock_timestamp()").fetchone()
     deadline = time.monotonic() + VACUUM_WAIT_S
-    while conn.execute(_NAMESPACE_DEAD).fetchone() != (0,):
+    while conn.execute(_VACUUMED_SINCE, granted).fetchone() != (True,):
         if time.monotonic() > deadline:
             raise SystemExit(
                 f"compare: no autovacuum of aidb_memory.namespace in {VACUUM_WAIT_S} s"
