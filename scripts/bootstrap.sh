@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian machine to the point where `make test` and `make demo` run:
-# the PostgreSQL server with plpython3u (Debian packages), then the project's venv.
+# the PostgreSQL server with plpython3u (Debian packages), PgBouncer, Prometheus (with promtool)
+# and postgres_exporter for the monitoring tests, then the project's venv.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PG_MAJOR="${PG_MAJOR:-15}"
 PACKAGES=("postgresql-$PG_MAJOR" "postgresql-plpython3-$PG_MAJOR" "postgresql-contrib" "postgresql-$PG_MAJOR-cron"
-          "util-linux" "pgbouncer")
+          "util-linux" "pgbouncer" "prometheus" "prometheus-postgres-exporter")
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 
@@ -34,9 +35,15 @@ if [ "$(id -u)" -eq 0 ] && command -v pg_lsclusters >/dev/null && pg_lsclusters 
     done
 fi
 
-# Likewise Debian's pgbouncer service (127.0.0.1:6432): the tests start their own (tests/deployments.py).
-if [ "$(id -u)" -eq 0 ] && command -v service >/dev/null && service pgbouncer status >/dev/null 2>&1; then
-    service pgbouncer stop || true
+# Likewise the services Debian starts for pgbouncer (127.0.0.1:6432), prometheus (:9090) and
+# prometheus-postgres-exporter (:9187): the tests start their own, on free loopback ports
+# (tests/deployments.py, tests/db/test_prometheus_scrape.py), and leave nothing running.
+if [ "$(id -u)" -eq 0 ] && command -v service >/dev/null; then
+    for service in pgbouncer prometheus prometheus-postgres-exporter; do
+        if service "$service" status >/dev/null 2>&1; then
+            service "$service" stop || true
+        fi
+    done
 fi
 
 stamp="$VENV/.bootstrap-stamp"
