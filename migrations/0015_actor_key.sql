@@ -39,41 +39,53 @@ ALTER TABLE aidb_memory.memory_history DROP CONSTRAINT memory_history_memory_id_
 ALTER TABLE aidb_memory.memory_history DROP CONSTRAINT memory_history_event_id_fkey;
 
 -- 2. The key of every existing row. Rows of the lock tables whose session is gone (they have no
--- foreign key, and a deletion skips a row a compaction holds) have no key: they go.
+-- foreign key, and a deletion skips a row a compaction holds) have no key: they go. Install runs
+-- each UPDATE marked "backfill" in batches, with progress (src/aidb_memory/install/backfill.py).
 ALTER TABLE aidb_memory.session ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.session AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.event ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.event AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.memory AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory_word ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.memory_word AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.memory_history ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.memory_history AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 ALTER TABLE aidb_memory.actor_lock ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.actor_lock AS x SET actor_key = aidb_memory.actor_key(n.name, x.actor_id)
 FROM aidb_memory.namespace AS n WHERE n.id = x.namespace_id;
 
 ALTER TABLE aidb_memory.turn ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.turn AS t SET actor_key = s.actor_key
 FROM aidb_memory.session AS s WHERE s.id = t.session_ref;
 ALTER TABLE aidb_memory.summary ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.summary AS x SET actor_key = s.actor_key
 FROM aidb_memory.session AS s WHERE s.id = x.session_ref;
 ALTER TABLE aidb_memory.compaction_lock ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.compaction_lock AS x SET actor_key = s.actor_key
 FROM aidb_memory.session AS s WHERE s.id = x.session_ref;
 DELETE FROM aidb_memory.compaction_lock WHERE actor_key IS NULL;
 ALTER TABLE aidb_memory.compaction_failure ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.compaction_failure AS x SET actor_key = s.actor_key
 FROM aidb_memory.session AS s WHERE s.id = x.session_ref;
 DELETE FROM aidb_memory.compaction_failure WHERE actor_key IS NULL;
 ALTER TABLE aidb_memory.compaction_ahead ADD COLUMN actor_key bigint;
+-- backfill: a row's key from its own columns and its namespace or session
 UPDATE aidb_memory.compaction_ahead AS x SET actor_key = s.actor_key
 FROM aidb_memory.session AS s WHERE s.id = x.session_ref;
 DELETE FROM aidb_memory.compaction_ahead WHERE actor_key IS NULL;

@@ -6,6 +6,7 @@
 -- nearest words, is built from it. Until now no namespace could name a configuration: every
 -- memory is in english.
 ALTER TABLE aidb_memory.memory ADD COLUMN lexemes pg_catalog.tsvector;
+-- backfill: each memory's lexemes from its own content (install batches it, with progress)
 UPDATE aidb_memory.memory
 SET lexemes = pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, content);
 ALTER TABLE aidb_memory.memory ALTER COLUMN lexemes SET NOT NULL;
@@ -32,6 +33,7 @@ $$;
 -- generic plan made before ANALYZE has seen the rows) then tests an array, where calling the
 -- function on each row cost ~4 us a row.
 ALTER TABLE aidb_memory.memory ADD COLUMN lexeme_keys text[];
+-- backfill: each memory's keyed lexemes from its own key and lexemes
 UPDATE aidb_memory.memory
 SET lexeme_keys = COALESCE(aidb_memory.actor_lexemes(actor_key, lexemes), '{}');
 ALTER TABLE aidb_memory.memory ALTER COLUMN lexeme_keys SET NOT NULL;

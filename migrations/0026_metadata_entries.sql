@@ -51,6 +51,7 @@ BEGIN
 END
 $$;
 
+-- backfill: each memory's entries from its own key and metadata
 UPDATE aidb_memory.memory
 SET lexeme_keys = lexeme_keys OPERATOR(pg_catalog.||) aidb_memory.actor_metadata(actor_key, metadata)
 WHERE metadata OPERATOR(pg_catalog.<>) '{}'::jsonb;

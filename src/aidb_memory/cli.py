@@ -61,19 +61,28 @@ WITHOUT_PGVECTOR = (
 )
 
 
+def _quiet_say(line: str) -> None:
+    """``install --quiet``: no line per step; a warning (a role accepted by
+    --accept-existing-roles, a missing citus extension) still goes to standard error."""
+    if line.startswith("warning: ") or ": warning: " in line:
+        print(line, file=sys.stderr, flush=True)
+
+
 def cmd_install(args: argparse.Namespace) -> int:
     from aidb_memory.install.installer import install
+    from aidb_memory.progress import Reporter
 
     package = _package(args)
     with connect(args.dsn) as conn:
         install(
             conn,
             package,
-            say=_say,
+            say=_quiet_say if args.quiet else _say,
             dry_run=args.dry_run,
             accept_existing_roles=args.accept_existing_roles,
             citus=args.citus,
             pgvector=not args.without_pgvector,
+            progress=Reporter.from_flags(progress=args.progress, quiet=args.quiet),
         )
     return 0
 
@@ -345,6 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="then distribute the tables over Citus (on its coordinator; docs/scaling.md)",
     )
     p.add_argument("--without-pgvector", action="store_true", help=WITHOUT_PGVECTOR)
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="report the progress of migrations that backfill rows on stderr even when it is "
+        "not a terminal (every 5 s; $AIDB_MEMORY_PROGRESS_INTERVAL seconds)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print neither progress nor a line per step; errors and warnings still go to stderr",
+    )
     p.set_defaults(func=cmd_install)
     p = sub.add_parser("status", parents=[common], help="installed version, migrations, drift")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -11,7 +11,7 @@ from psycopg import sql as pgsql
 
 from aidb_memory import __version__
 from aidb_memory.connection import CliError, first_line, require_plpython, require_superuser
-from aidb_memory.install import catalog, trust
+from aidb_memory.install import backfill, catalog, trust
 from aidb_memory.install import citus as citus_layer
 from aidb_memory.install.codebundle import CodeBundle, load_bundle
 from aidb_memory.install.migrations import Migration, load_migrations
@@ -22,9 +22,11 @@ from aidb_memory.install.script import (
     build,
     defined,
     extras_query,
+    record_migration,
 )
 from aidb_memory.install.sources import SourceTree, default_tree
 from aidb_memory.install.steps import SCHEMA, Step
+from aidb_memory.progress import Reporter
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 ROLES = ("aidb_users", "aidb_admins", "aidb_workers")
@@ -259,8 +261,13 @@ def install(
     accept_existing_roles: bool = False,
     citus: bool = False,
     pgvector: bool = True,
+    progress: Reporter | None = None,
+    batch_rows: int = backfill.BATCH_ROWS,
 ) -> None:
     """Install or upgrade in one transaction; ``say`` receives one line per thing done.
+
+    ``progress`` reports the rows done of the migrations' backfills (run in batches of
+    ``batch_rows`` rows: :mod:`aidb_memory.install.backfill`); None reports nothing.
 
     Refuses (:class:`CliError`, ``aidb-memory: install refused: ...``) a schema or roles that
     :mod:`aidb_memory.install.trust` does not trust; the roles are only warned about with
@@ -295,9 +302,10 @@ def install(
             # The script's first step pins the search_path (a SET: a query here would take the
             # snapshot before the script's SET TRANSACTION ISOLATION LEVEL).
             steps = package.steps(accept_existing_roles=accept_existing_roles, pgvector=pgvector)
+            reporter = progress or Reporter(mode="never")
             for step in steps:
                 try:
-                    conn.execute(step.sql.encode())
+                    _run_step(conn, step, reporter, batch_rows)
                 except psycopg.Error as e:
                     refused = trust.refusal_line(e)
                     if refused:
@@ -311,6 +319,34 @@ def install(
         conn.remove_notice_handler(on_notice)
     if citus:
         citus_layer.distribute(conn, say=say)
+
+
+def _run_step(conn: Connection, step: Step, reporter: Reporter, batch_rows: int) -> None:
+    """One step of the script; a pending migration with backfills statement by statement, its
+    backfills in batches with progress (in the install's transaction: a failure rolls back the
+    whole migration, its record included, and the next install runs it again)."""
+    m = step.migration
+    if m is None or not m.backfills:
+        conn.execute(step.sql.encode())
+        return
+    applied = conn.execute(
+        f"SELECT 1 FROM {SCHEMA}.schema_migrations WHERE name = %s", (m.name,)
+    ).fetchone()
+    if applied:
+        conn.execute(step.sql.encode())  # says it is skipped
+        return
+    for index, statement in enumerate(m.statements):
+        if index in m.backfills:
+            backfill.run(
+                conn,
+                statement,
+                what=f"migration {m.name}",
+                reporter=reporter,
+                batch_rows=batch_rows,
+            )
+        else:
+            conn.execute(statement.encode())
+    conn.execute(record_migration(m).encode())
 
 
 def _dry_run(

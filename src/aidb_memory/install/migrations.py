@@ -10,6 +10,13 @@ checksums of earlier texts of itself that it replaces. A database that applied o
 is not "edited after it was applied" and does not run the file again; fresh databases run the new
 text. Only for a correction whose old and new texts leave every database in an equivalent state
 (docs/architecture.md, "Migrations").
+
+A statement may be marked as a backfill by a comment line ``-- backfill: <why it may>`` right
+before it (comments leave the checksum alone): an UPDATE that ``install`` may run in batches of
+the table's primary key, reporting rows done of total (:mod:`aidb_memory.install.backfill`). The
+mark says that the UPDATE reads no other row of the table it writes, so that batches compute
+what the one statement would; the lint checks what it can of that (an UPDATE, no WITH, no
+RETURNING, the table named once).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pglast.stream import RawStream
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SUPERSEDES = re.compile(r"^--\s*supersedes:\s*(\S*)\s*$", re.IGNORECASE)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_BACKFILL = re.compile(r"^--\s*backfill\b", re.IGNORECASE)
 
 
 class SqlSourceError(Exception):
@@ -42,6 +50,8 @@ class Migration:
     checksum: str
     # Checksums of earlier texts of this file that a database may have applied instead.
     supersedes: tuple[str, ...] = ()
+    # Indexes (in statements) of the UPDATEs marked ``-- backfill:``, which install may batch.
+    backfills: tuple[int, ...] = ()
 
     @property
     def accepted(self) -> tuple[str, ...]:
@@ -92,6 +102,64 @@ def superseded_checksums(path: Path, text: str) -> tuple[str, ...]:
         elif stripped and not stripped.startswith("--"):
             in_header = False
     return tuple(found)
+
+
+def backfill_statements(path: Path, text: str) -> tuple[int, ...]:
+    """The indexes of the statements marked by a ``-- backfill:`` comment line between the
+    previous statement and this one; each must be an UPDATE that batches cannot change
+    (:func:`check_backfill`)."""
+    try:
+        tree = pglast.parse_sql(text)
+    except pglast.parser.ParseError as e:
+        raise SqlSourceError(f"{path.name}: SQL syntax error: {e}") from e
+    marked: list[int] = []
+    end = 0
+    for index, raw in enumerate(tree):
+        start = raw.stmt_location or 0
+        gap = text[end:start]
+        end = start + (raw.stmt_len or (len(text) - start))
+        if any(_BACKFILL.match(line.strip()) for line in gap.splitlines()):
+            check_backfill(path, raw.stmt)
+            marked.append(index)
+    return tuple(marked)
+
+
+def _relations(node: Any) -> list[Any]:
+    """Every RangeVar in a parse tree."""
+    found: list[Any] = []
+    if isinstance(node, tuple | list):
+        for item in node:
+            found += _relations(item)
+    elif isinstance(node, pglast.ast.Node):
+        if isinstance(node, pglast.ast.RangeVar):
+            found.append(node)
+        for name in node:
+            found += _relations(getattr(node, name))
+    return found
+
+
+def check_backfill(path: Path, stmt: Any) -> None:
+    """A statement marked ``-- backfill:`` is an UPDATE without WITH or RETURNING whose table
+    appears nowhere else in it (no self-join, no subquery of it): run in batches of its primary
+    key, it then writes what it would write in one statement."""
+    if not isinstance(stmt, pglast.ast.UpdateStmt):
+        raise SqlSourceError(
+            f"{path.name}: a -- backfill: mark belongs right before an UPDATE, "
+            f"not a {type(stmt).__name__}"
+        )
+    target: Any = stmt.relation
+    returning = getattr(stmt, "returningClause", None) or getattr(stmt, "returningList", None)
+    if stmt.withClause or returning:
+        raise SqlSourceError(
+            f"{path.name}: a backfill UPDATE of {target.relname} has no WITH and no "
+            "RETURNING (install runs it in batches)"
+        )
+    others = [r for r in _relations(stmt) if r is not target and r.relname == target.relname]
+    if others:
+        raise SqlSourceError(
+            f"{path.name}: a backfill UPDATE of {target.relname} reads that table again; "
+            "batches would see each other's writes: drop the -- backfill: mark"
+        )
 
 
 def canonical_checksum(parsed: list[tuple[Any, str]]) -> str:
@@ -185,6 +253,7 @@ def load_migrations(directory: Path) -> list[Migration]:
                 statements=tuple(text for _, text in parsed),
                 checksum=checksum,
                 supersedes=supersedes,
+                backfills=backfill_statements(path, text),
             )
         )
     return migrations

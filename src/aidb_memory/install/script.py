@@ -136,12 +136,22 @@ END LOOP;""",
     {_notice(f"migration {m.name} skipped (already applied)")}
 ELSE
 {_executes(m.statements)}
-    INSERT INTO {SCHEMA}.schema_migrations (name, checksum, package_version)
-    VALUES ({literal(m.name)}, {literal(m.checksum)}, {literal(__version__)});
-    {_notice(f"migration {m.name} applied")}
+{_record(m)}
 END IF;"""
-        steps.append(Step(f"migrations/{m.name}.sql", do_block(body)))
+        steps.append(Step(f"migrations/{m.name}.sql", do_block(body), migration=m))
     return steps
+
+
+def _record(m: Migration) -> str:
+    return f"""    INSERT INTO {SCHEMA}.schema_migrations (name, checksum, package_version)
+    VALUES ({literal(m.name)}, {literal(m.checksum)}, {literal(__version__)});
+    {_notice(f"migration {m.name} applied")}"""
+
+
+def record_migration(m: Migration) -> str:
+    """What the migration's step does after its statements: record it as applied (install runs
+    this after running a migration's statements one by one)."""
+    return do_block(_record(m))
 
 
 _CODE_FLAG = "current_setting('aidb_memory.install_code', true) = 'on'"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aidb_memory.install.migrations import Migration
+
 SCHEMA = "aidb_memory"
 
 
@@ -17,6 +19,9 @@ class Step:
 
     what: str
     sql: str
+    # A migration's step: install may run its statements one by one instead (its backfills in
+    # batches, with progress); the script runs ``sql``, to the same result.
+    migration: Migration | None = None
 
 
 def literal(text: str) -> str:
