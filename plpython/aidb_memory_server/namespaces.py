@@ -52,13 +52,55 @@ SELECT 1 FROM pg_catalog.pg_ts_config
 WHERE cfgname = $1 AND cfgnamespace = 'pg_catalog'::pg_catalog.regnamespace
 """
 # A namespace's memories are re-indexed when its text search configuration changes: an admin's
-# call, never an application's.
+# call, never an application's. A namespace of more than _REINDEX_BATCH memories is re-indexed in
+# batches of the memories' key (actor_key, id), the same UPDATE on each key range, so that the
+# caller hears how far it got between them (_Progress, issue 36): each memory is written once,
+# with what the one statement would write, and every row stays locked until the transaction ends.
+_REINDEX_BATCH = 1000
 _REINDEX = """
 -- spans actors: namespace_update re-indexes the namespace's memories (admins)
 UPDATE aidb_memory.memory
 SET lexemes = pg_catalog.to_tsvector($2::pg_catalog.regconfig, content)
 WHERE namespace_id = $1
 """
+_REINDEX_BEFORE = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+UPDATE aidb_memory.memory
+SET lexemes = pg_catalog.to_tsvector($2::pg_catalog.regconfig, content)
+WHERE namespace_id = $1 AND (actor_key, id) < ($3, $4)
+"""
+_REINDEX_FROM = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+UPDATE aidb_memory.memory
+SET lexemes = pg_catalog.to_tsvector($2::pg_catalog.regconfig, content)
+WHERE namespace_id = $1 AND (actor_key, id) >= ($3, $4)
+"""
+_REINDEX_BETWEEN = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+UPDATE aidb_memory.memory
+SET lexemes = pg_catalog.to_tsvector($2::pg_catalog.regconfig, content)
+WHERE namespace_id = $1 AND (actor_key, id) >= ($3, $4) AND (actor_key, id) < ($5, $6)
+"""
+# The key of the memory $2 memories after the first (or after the key $3, $4, itself counted).
+_KEY_AFTER = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+SELECT actor_key, id FROM aidb_memory.memory WHERE namespace_id = $1
+ORDER BY actor_key, id OFFSET $2 LIMIT 1
+"""
+_KEY_AFTER_KEY = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+SELECT actor_key, id FROM aidb_memory.memory
+WHERE namespace_id = $1 AND (actor_key, id) >= ($3, $4)
+ORDER BY actor_key, id OFFSET $2 LIMIT 1
+"""
+_COUNT = """
+-- spans actors: namespace_update re-indexes the namespace's memories (admins)
+SELECT pg_catalog.count(*) AS n FROM aidb_memory.memory WHERE namespace_id = $1
+"""
+# Seconds between two progress NOTICEs (default 5); a test sets it lower. SET client_min_messages
+# = warning silences them (docs/operations.md).
+_PROGRESS_INTERVAL = "SELECT pg_catalog.current_setting('aidb_memory.progress_interval', true) AS s"
+_PROGRESS_INTERVAL_S = 5.0
 # Timestamps travel to Python and back as text: ISO 8601 with a numeric offset (what to_json
 # writes whatever DateStyle is) reads back exactly, where DateStyle's output may not (under
 # DateStyle Postgres, Asia/Kolkata prints "IST", which reads back as Israel time).
@@ -121,8 +163,84 @@ def namespace_update(
     before = validation.effective_config(json.loads(row["config"]))["text_search_config"]
     after = validation.effective_config(cfg)["text_search_config"]
     if after != before:
-        db.execute(_REINDEX, ("bigint", "text"), (row["id"], "pg_catalog." + after))
+        _reindex(int(row["id"]), name, "pg_catalog." + after)
     return [dict(updated[0])]
+
+
+class _Progress:
+    """NOTICEs of a long re-index: memories done of total, rate and time left, at most one per
+    interval and none for work shorter than that; the server's side of the CLI's
+    aidb_memory.progress (which the server cannot import)."""
+
+    def __init__(self, what: str, total: int) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.what, self.total = what, total
+        self.started = self.last = self.clock()
+        setting = db.execute(_PROGRESS_INTERVAL)[0]["s"]
+        try:
+            interval = float(setting)
+        except (TypeError, ValueError):
+            interval = _PROGRESS_INTERVAL_S
+        self.interval = interval if 0 <= interval < float("inf") else _PROGRESS_INTERVAL_S
+        self.lines = 0
+
+    def update(self, done: int) -> None:
+        now = self.clock()
+        if now - self.last < self.interval:
+            return
+        self.last, self.lines = now, self.lines + 1
+        elapsed = now - self.started
+        rate = done / elapsed if elapsed > 0 else 0.0
+        left = max(self.total - done, 0)
+        eta = f", about {_seconds(left / rate)} left" if rate and left else ""
+        db.notice(
+            f"{self.what}: {done:,} of {self.total:,} memories "
+            f"({min(100, done * 100 // max(self.total, 1))}%), {rate:,.0f} memories/s{eta}"
+        )
+
+    def finish(self, done: int) -> None:
+        elapsed = self.clock() - self.started
+        if self.lines or elapsed >= self.interval:
+            rate = f" ({done / elapsed:,.0f} memories/s)" if elapsed > 0 else ""
+            db.notice(f"{self.what}: done, {done:,} memories in {_seconds(elapsed)}{rate}")
+
+
+def _seconds(s: float) -> str:
+    s = round(s)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s"
+
+
+def _reindex(ns_id: int, name: str, config: str) -> None:
+    """Every memory of the namespace gets the lexemes of ``config``; the namespace row is locked
+    (namespace_update's _LOCK). Up to _REINDEX_BATCH memories in one statement; more in batches
+    of the key, with progress NOTICEs."""
+    key = ("bigint", "bigint")
+    bound = db.execute(_KEY_AFTER, ("bigint", "bigint"), (ns_id, _REINDEX_BATCH))
+    if not bound.nrows():
+        db.execute(_REINDEX, ("bigint", "text"), (ns_id, config))
+        return
+    total = int(db.execute(_COUNT, ("bigint",), (ns_id,))[0]["n"])
+    progress = _Progress(f'aidb_memory.namespace_update: re-indexing namespace "{name}"', total)
+    upper = (bound[0]["actor_key"], bound[0]["id"])
+    db.execute(_REINDEX_BEFORE, ("bigint", "text", *key), (ns_id, config, *upper))
+    done = _REINDEX_BATCH
+    while True:
+        progress.update(done)
+        lower = upper
+        bound = db.execute(
+            _KEY_AFTER_KEY, ("bigint", "bigint", *key), (ns_id, _REINDEX_BATCH, *lower)
+        )
+        if not bound.nrows():
+            db.execute(_REINDEX_FROM, ("bigint", "text", *key), (ns_id, config, *lower))
+            progress.finish(max(done, total))
+            return
+        upper = (bound[0]["actor_key"], bound[0]["id"])
+        db.execute(
+            _REINDEX_BETWEEN, ("bigint", "text", *key, *key), (ns_id, config, *lower, *upper)
+        )
+        done += _REINDEX_BATCH
 
 
 def _require_text_search_config(fn: str, cfg: dict[str, Any]) -> None:
