@@ -5,17 +5,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
 from aidb_memory import __version__
-from aidb_memory.connection import CliError, connect, connection_failure, first_line, resolve_dsn
+from aidb_memory.connection import (
+    CliError,
+    Connection,
+    connect,
+    connection_failure,
+    first_line,
+    resolve_dsn,
+)
 from aidb_memory.install.migrations import SqlSourceError
 from aidb_memory.install.sources import SourceTree, default_tree
+
+if TYPE_CHECKING:
+    from aidb_memory.ops import worker as ops_worker
+
+_N = TypeVar("_N", int, float)
 
 # 128 + SIGPIPE: what a shell reports for a program that a closed pipe stopped.
 EXIT_CLOSED_PIPE = 141
@@ -94,6 +108,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with connect(args.dsn) as conn:
         state = read_state(conn, package)
         report = compare(state, package)
+        queue, queue_note = _queue(conn) if state.installed else (None, None)
     result = {
         "installed": state.installed,
         "installed_version": state.version,
@@ -101,6 +116,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         "applied": report.applied,
         "pending": report.pending,
         "drift": report.problems,
+        # Per kind: events by status and the age of the oldest ready one (issue 36); null from
+        # a database without aidb_memory.metrics().
+        "queue": {q.kind: q.as_json() for q in queue} if queue is not None else None,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -115,7 +133,31 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  - {p}")
     else:
         print("drift: none")
+    if queue is not None:
+        for kind in queue:
+            print(kind.line())
+    elif queue_note:
+        print(queue_note)
     return 0
+
+
+def _queue(conn: Connection) -> tuple[list[ops_worker.QueueState] | None, str | None]:
+    """status: the queue per kind from aidb_memory.metrics(), or (None, one line saying why not:
+    a version from before it, or an error). Never a failure of status itself."""
+    from aidb_memory.ops import worker
+
+    try:
+        with conn.transaction():  # a savepoint: an error here leaves status' reads intact
+            queue = worker.read_queue(conn)
+    except psycopg.Error as e:
+        return None, f"queue: cannot read aidb_memory.metrics(): {first_line(e)}"
+    if queue is None:
+        return None, (
+            "queue: this database's aidb_memory has no aidb_memory.metrics() (it is older than "
+            "this package): run `aidb-memory install` to upgrade it; `aidb-memory events list` "
+            "counts its events"
+        )
+    return queue, None
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -199,19 +241,49 @@ def _key_range(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _workers(text: str) -> int:
-    """--split-key-space N: a count of workers, at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (1 or more)")
-    return n
+def _checked(
+    convert: Callable[[str], _N], ok: Callable[[_N], bool], what: str
+) -> Callable[[str], _N]:
+    """An argparse ``type``: ``convert`` the text and check it with ``ok``, else an error saying
+    that it is not ``what`` (argparse reports it and exits 2)."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+# --split-key-space N
+_workers = _checked(int, lambda n: n >= 1, "a number of workers (1 or more)")
+# --metrics-port (0: any free port), --metrics-namespaces, --health-max-latency
+_port = _checked(int, lambda n: 0 <= n <= 65535, "a port (0 to 65535)")
+_count_arg = _checked(int, lambda n: n >= 0, "a count (0 or more)")
+_seconds = _checked(float, lambda s: 0 < s < math.inf, "a number of seconds (more than 0)")
+
+
+METRICS_EXTRA_MISSING = (
+    "aidb-memory worker: --metrics-port needs prometheus-client, which the package installs only "
+    "with the metrics extra: pip install 'aidb-memory[metrics]'"
+)
+
+
+def _worker_error(log: ops_worker.Log, line: str) -> None:
+    """The line the worker ends with (exit 2): a JSON object with --log-format json."""
+    if log.json_format:
+        log("exit", line, level="error", error=line.removeprefix("aidb-memory: "))
+    else:
+        print(line, file=sys.stderr)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from aidb_memory.ops import worker
+    from aidb_memory.progress import Reporter
 
     if args.split_key_space is not None:
         for low, high in worker.key_ranges(args.split_key_space):
@@ -225,16 +297,83 @@ def cmd_worker(args: argparse.Namespace) -> int:
         backoff_s=args.backoff,
         key_range=args.key_range,
     )
+    log = worker.Log(_say, json_format=args.log_format == "json", quiet=args.quiet)
+    # A backlog's progress: on a terminal unless --quiet; elsewhere (a service's log) only with
+    # --progress. As JSON objects with --log-format json.
+    progress = Reporter.from_flags(
+        progress=args.progress,
+        quiet=args.quiet,
+        stream=worker.ProgressObjects(log) if log.json_format else None,
+    )
+    stats = None
+    server = None
+    if args.metrics_port is not None:
+        # prometheus-client only now: a worker without --metrics-port needs no extra.
+        try:
+            from aidb_memory.ops import metrics
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] != "prometheus_client":
+                raise
+            _worker_error(log, METRICS_EXTRA_MISSING)
+            return 2
+
+        def on_database(error: str | None) -> None:
+            if error is None:
+                log("metrics database up", "worker: metrics: the database answers again")
+            else:
+                log(
+                    "metrics database down",
+                    f"worker: metrics: cannot read aidb_memory.metrics() ({error}); scrapes "
+                    "answer aidb_memory_worker_database_up 0",
+                    level="warning",
+                    error=error,
+                )
+
+        stats = worker.WorkerStats()
+        exporter = metrics.Exporter(
+            metrics.connector(args.dsn),
+            stats,
+            max_namespaces=args.metrics_namespaces,
+            max_latency_s=args.health_max_latency,
+            dsn=resolve_dsn(args.dsn),
+            on_database=on_database,
+        )
+        try:
+            server = metrics.serve(exporter, args.metrics_address, args.metrics_port)
+        except OSError as e:
+            where = f"{args.metrics_address}:{args.metrics_port}"
+            _worker_error(
+                log,
+                f"aidb-memory: worker: cannot serve metrics on {where}: {e.strerror or e}; "
+                "choose another --metrics-port or --metrics-address",
+            )
+            return 2
+        log(
+            "metrics",
+            f"worker: metrics on {server.url}/metrics, health on {server.url}/healthz",
+            url=server.url,
+        )
     stop = worker.Stop()
     worker.install_signal_handlers(stop)
     try:
-        worker.run(lambda: connect(args.dsn, autocommit=True), options, say=_say, stop=stop)
+        worker.run(
+            lambda: connect(args.dsn, autocommit=True),
+            options,
+            say=_say,
+            stop=stop,
+            log=log,
+            stats=stats,
+            progress=progress,
+        )
     except CliError as e:  # the first connection: a wrong --dsn, not a passing outage
-        print(str(e), file=sys.stderr)
+        _worker_error(log, str(e))
         return 2
     except worker.ConfigError as e:
-        print(database_error("worker", e.error), file=sys.stderr)
+        _worker_error(log, database_error("worker", e.error))
         return 2
+    finally:
+        if server is not None:
+            server.close()
     return 0
 
 
@@ -429,6 +568,52 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="print the --key-range of each of N workers that split the key space equally, "
         "and exit",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on /metrics and a health check on /healthz at this port "
+        "(0: any free one; needs pip install 'aidb-memory[metrics]'; default: no server)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address the metrics server listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+        "every interface)",
+    )
+    p.add_argument(
+        "--metrics-namespaces",
+        type=_count_arg,
+        default=20,
+        metavar="N",
+        help="namespaces that get their own namespace label, the N with the smallest ids; the "
+        'others share "_other" (default 20)',
+    )
+    p.add_argument(
+        "--health-max-latency",
+        type=_seconds,
+        default=600.0,
+        metavar="SECONDS",
+        help="/healthz fails when the oldest ready event is older than this (default 600)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text: lines on stdout (default); json: one JSON object per line on stderr, per "
+        "batch and per failed or retried event, never content, keys or actor ids",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="report a backlog's progress on stderr even when it is not a terminal",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress and no line per batch (starts, stops and errors still print)",
     )
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser(

@@ -17,20 +17,36 @@ CALL goes on after a short pause; a lost connection (server restart, terminated 
 re-opened with a capped backoff, a line per try. It stops only on SIGINT/SIGTERM or on a
 configuration error (:class:`ConfigError`: no privilege, aidb_memory not installed, an option
 the server refuses), which retrying cannot mend.
+
+What it reports (issue 36) goes through :class:`Log`: a line per batch and per change of state, as
+text on standard output or, with ``--log-format json``, one JSON object per line on standard
+error (and one per failed or retried event, from by_kind's ``events``), never content, keys or
+actor ids; ``--quiet`` drops the per-batch lines. Draining a backlog, it reports the events done
+of those waiting, their rate and the time left (:class:`Progress`) on standard error, at most
+every few seconds, when standard error is a terminal or with ``--progress``. With
+``--metrics-port`` it keeps its own figures in a :class:`WorkerStats`, which the exporter
+(``aidb_memory.ops.metrics``, the only module that imports prometheus-client) reads on each
+scrape.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import io
+import json
 import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 
 import psycopg
 
 from aidb_memory.connection import CliError, first_line
+from aidb_memory.progress import Reporter, Task
 
 CHANNEL = "aidb_memory_events"
 RETRY_FIRST_S = 0.5
@@ -148,6 +164,290 @@ class Totals:
         )
 
 
+# The fields of a by_kind event a log line may carry (issue 36: no actor id, no content, no error
+# text); whatever else a server puts there stays out of the log.
+EVENT_FIELDS = ("event", "kind", "namespace", "outcome", "duration_ms")
+# The outcomes of an event that get a log object of their own, and its level.
+LOGGED_OUTCOMES = {"failed": "error", "retry": "warning"}
+
+
+def json_line(msg: str, level: str, fields: Mapping[str, object], now: float) -> str:
+    """One log object on one line: ts (UTC, ISO 8601, milliseconds), level, msg, then fields."""
+    ts = datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="milliseconds")
+    record = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": msg, **fields}
+    return json.dumps(record, separators=(",", ":"), default=str)
+
+
+def logged_events(by_kind: object) -> list[dict[str, object]]:
+    """The failed and retried events of a CALL's by_kind ``events``, each with EVENT_FIELDS only
+    (a server from before issue 36 lists none)."""
+    events = by_kind.get("events") if isinstance(by_kind, dict) else None
+    if not isinstance(events, list):
+        return []
+    out = []
+    for event in events:
+        if not isinstance(event, dict) or event.get("outcome") not in LOGGED_OUTCOMES:
+            continue
+        out.append(
+            {
+                name: event[name]
+                for name in EVENT_FIELDS
+                if isinstance(event.get(name), str | int) and not isinstance(event[name], bool)
+            }
+        )
+    return out
+
+
+def _batch_kinds(by_kind: object) -> dict[str, dict[str, int]]:
+    """A CALL's counts per kind (by_kind without its ``events``), for the batch's log object."""
+    if not isinstance(by_kind, dict):
+        return {}
+    return {
+        kind: {name: _count(counts.get(name)) for name in names}
+        for kind, names in KIND_COUNTS.items()
+        if isinstance(counts := by_kind.get(kind), dict)
+    }
+
+
+def _stderr(line: str) -> None:
+    # A closed standard error must not stop the worker: its lines are lost, not its work.
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+class Log:
+    """Where the worker reports. As text (the default): a line through ``say`` (standard output)
+    per change of state and per batch, as before issue 36. As JSON (``json_format``): one object
+    per line through ``err`` (standard error) instead, and one per failed or retried event.
+    ``quiet`` drops the per-batch lines (and objects). A backlog's progress is not the log's: it
+    goes to standard error in both (:class:`Progress`, :class:`ProgressObjects`)."""
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        err: Callable[[str], None] | None = None,
+        *,
+        json_format: bool = False,
+        quiet: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.say = say
+        self.err = err or _stderr
+        self.json_format = json_format
+        self.quiet = quiet
+        self.clock = clock
+
+    def __call__(self, msg: str, text: str, *, level: str = "info", **fields: object) -> None:
+        """A change of state: ``text`` as a line, or ``msg`` and ``fields`` as an object."""
+        if self.json_format:
+            self.err(json_line(msg, level, fields, self.clock()))
+        else:
+            self.say(text)
+
+    def trouble(
+        self, msg: str, text: str, error: psycopg.Error, delay: float, level: str = "error"
+    ) -> None:
+        """A failed CALL or a lost connection, and when the worker tries again."""
+        self(
+            msg,
+            text,
+            level=level,
+            error=first_line(error),
+            sqlstate=error.sqlstate,
+            retry_in_s=delay,
+        )
+
+    def batch(self, text: str, **fields: object) -> None:
+        """A batch that did something (unless ``quiet``)."""
+        if self.quiet:
+            return
+        if self.json_format:
+            self.err(json_line("batch", "info", fields, self.clock()))
+        else:
+            self.say(text)
+
+    def events(self, by_kind: object) -> None:
+        """An object per failed or retried event of a CALL (JSON only: the text log has the
+        batch's counts)."""
+        if self.json_format:
+            for event in logged_events(by_kind):
+                level = LOGGED_OUTCOMES[str(event.get("outcome"))]
+                self.err(json_line("event", level, event, self.clock()))
+
+
+class ProgressObjects(io.StringIO):
+    """The stream of a ``--log-format json`` worker's progress Reporter: each line the Reporter
+    writes goes out as a ``progress`` log object, with the figures of the backlog's ``task`` (set
+    by :class:`Progress`)."""
+
+    def __init__(self, log: Log) -> None:
+        super().__init__()
+        self.log = log
+        self.task: Task | None = None
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()  # "auto": objects as lines would be, on a terminal
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line:
+                fields: dict[str, object] = {"text": line}
+                if self.task is not None:
+                    fields.update(done=self.task.done, total=self.task.total)
+                self.log.err(json_line("progress", "info", fields, self.log.clock()))
+        return len(text)
+
+
+class Progress:
+    """A backlog being drained, as a :class:`aidb_memory.progress.Task` of ``reporter`` (which
+    decides whether lines go out: a terminal, ``--progress``, ``--quiet``; and how often): the
+    events done of those waiting when it last looked (``remaining``:
+    ``aidb_memory.event_remaining()``, None when it cannot say), their rate and the time left. A
+    task starts when a CALL finds its batch full and ends when one finds the queue empty; it
+    looks at ``remaining`` only when a line is due and it has done as many as it saw waiting, so
+    a burst drained within the interval costs no query and prints nothing."""
+
+    def __init__(self, remaining: Callable[[], int | None], reporter: Reporter) -> None:
+        self.remaining = remaining
+        self.reporter = reporter
+        self.task: Task | None = None
+        self._looked = 0.0
+
+    def handled(self, n: int, more: bool) -> None:
+        """After a CALL that handled ``n`` events; ``more``: its batch was full, so more may be
+        waiting (otherwise the queue is empty and the backlog in view is done)."""
+        task = self.task
+        if task is None:
+            if not more:
+                return
+            task = self.task = self.reporter.task("worker: backlog", unit="events")
+            self._looked = task.started
+            if isinstance(self.reporter.stream, ProgressObjects):
+                self.reporter.stream.task = task
+        done = task.done + n
+        if not more:
+            task.done = done
+            task.finish()
+            self.task = None
+            return
+        total = None
+        now = self.reporter.clock()
+        if now - self._looked >= self.reporter.interval_s:  # a line is due (Task.update)
+            self._looked = now
+            if task.total is None or done >= task.total:
+                left = self.remaining()
+                total = None if left is None else done + left
+        task.update(done, total)
+
+
+# The kinds of event whose outcomes the worker counts for its exporter
+# (aidb_memory_worker_events_total; expiry deletes memories, not events).
+EVENT_KINDS = ("extraction", "compaction")
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """WorkerStats at one moment."""
+
+    batches: dict[str, int]  # "ok", "failed"
+    last_success: float  # Unix time of the last successful CALL; 0 if none yet
+    events: dict[str, dict[str, int]]  # kind -> outcome (KIND_COUNTS' names) -> count
+
+
+class WorkerStats:
+    """This process's own figures for its exporter (``--metrics-port``): CALLs that worked and
+    that failed, the time of the last that worked, and the events it handled by kind and outcome.
+    The worker's thread updates them after each CALL; the exporter's threads read them. Only a
+    worker with ``--metrics-port`` keeps one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a scrape sees one CALL's update whole
+        self._batches = {"ok": 0, "failed": 0}
+        self._last_success = 0.0
+        self._events = {kind: dict.fromkeys(KIND_COUNTS[kind], 0) for kind in EVENT_KINDS}
+
+    def batch_ok(self, totals: Totals, now: float) -> None:
+        """A CALL worked; ``totals`` is what the worker did so far."""
+        with self._lock:
+            self._batches["ok"] += 1
+            self._last_success = now
+            for kind in EVENT_KINDS:
+                self._events[kind].update(totals.by_kind[kind])
+
+    def batch_failed(self) -> None:
+        """A CALL failed (an error, a cancel, a lost connection)."""
+        with self._lock:
+            self._batches["failed"] += 1
+
+    def snapshot(self) -> StatsSnapshot:
+        with self._lock:
+            return StatsSnapshot(
+                dict(self._batches),
+                self._last_success,
+                {kind: dict(counts) for kind, counts in self._events.items()},
+            )
+
+
+# The queue's families of aidb_memory.metrics() (issue 36), which `aidb-memory status` prints and
+# the exporter's /healthz checks.
+QUEUE_DEPTH = "aidb_memory_queue_events"
+QUEUE_LATENCY = "aidb_memory_queue_latency_seconds"
+QUEUE_STATUSES = ("ready", "waiting", "processing", "failed")
+QUEUE_KINDS = ("extraction", "compaction")
+_QUEUE = "SELECT metric, labels, value FROM aidb_memory.metrics() WHERE metric = ANY(%s::text[])"
+
+
+@dataclass
+class QueueState:
+    """One kind's queue: events by status, and the age of its oldest ready event (0: none)."""
+
+    kind: str
+    depth: dict[str, int] = field(default_factory=dict)
+    latency_s: float = 0.0
+
+    def line(self) -> str:
+        counts = ", ".join(f"{status} {self.depth.get(status, 0)}" for status in QUEUE_STATUSES)
+        return f"queue {self.kind}: {counts}; oldest ready event {self.latency_s:.1f} s old"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            **{status: self.depth.get(status, 0) for status in QUEUE_STATUSES},
+            "latency_seconds": self.latency_s,
+        }
+
+
+def queue_states(rows: Iterable[tuple[object, object, object]]) -> list[QueueState]:
+    """The queue families among aidb_memory.metrics() rows (metric, labels, value), one
+    QueueState per kind: extraction and compaction first (always), then any other by name."""
+    states: dict[str, QueueState] = {kind: QueueState(kind) for kind in QUEUE_KINDS}
+    for metric, labels, value in rows:
+        if metric not in (QUEUE_DEPTH, QUEUE_LATENCY) or not isinstance(labels, dict):
+            continue
+        kind = labels.get("kind")
+        if not isinstance(kind, str) or not isinstance(value, int | float):
+            continue
+        state = states.setdefault(kind, QueueState(kind))
+        if metric == QUEUE_LATENCY:
+            state.latency_s = float(value)
+        elif isinstance(status := labels.get("status"), str):
+            state.depth[status] = int(value)
+    return [states[k] for k in QUEUE_KINDS] + [
+        states[k] for k in sorted(states) if k not in QUEUE_KINDS
+    ]
+
+
+def read_queue(conn: Connection) -> list[QueueState] | None:
+    """The queue by kind from ``aidb_memory.metrics()``; None when the database has no such
+    function (aidb_memory from before issue 36)."""
+    present = conn.execute(
+        "SELECT pg_catalog.to_regprocedure('aidb_memory.metrics(integer)') IS NOT NULL"
+    ).fetchone()
+    if not present or not present[0]:
+        return None
+    rows = conn.execute(_QUEUE, ([QUEUE_DEPTH, QUEUE_LATENCY],)).fetchall()
+    return queue_states((r[0], r[1], r[2]) for r in rows)
+
+
 class Stop:
     """Set by SIGINT/SIGTERM: finish the batch in hand, then stop."""
 
@@ -192,14 +492,21 @@ def run(
     *,
     say: Callable[[str], None],
     stop: Stop | None = None,
+    log: Log | None = None,
+    stats: WorkerStats | None = None,
+    progress: Reporter | None = None,
 ) -> Totals:
     """Work the queue on connections from ``connect`` (autocommit) until ``stop`` or, with
     ``once``, until empty. The first connection's failure (a :class:`CliError`) propagates; a
-    later loss is retried."""
+    later loss is retried. It reports through ``log`` (default: text lines through ``say``),
+    given ``stats`` counts each CALL there, and given ``progress`` reports a backlog's progress
+    there."""
     stop = stop or Stop()
+    log = log or Log(say)
     totals = Totals()
     conn: Connection | None = _listen(connect())
-    say(
+    log(
+        "started",
         "worker: started"
         + (
             " (--once: until the queue is empty)"
@@ -210,8 +517,16 @@ def run(
             f"; only actor keys {options.key_range[0]} to {options.key_range[1]}"
             if options.key_range
             else ""
-        )
+        ),
+        once=options.once,
+        batch=options.batch,
+        key_range=list(options.key_range) if options.key_range else None,
     )
+
+    def remaining() -> int | None:
+        return _remaining(conn) if conn is not None else None
+
+    backlog = Progress(remaining, progress) if progress is not None and progress.enabled else None
     statement, params = options.call()
     failures = 0
     while not stop.requested:
@@ -221,16 +536,25 @@ def run(
             except (CliError, psycopg.OperationalError) as e:
                 failures += 1
                 delay = retry_delay(failures)
-                say(f"worker: cannot reconnect ({_reason(e)}); next try in {delay:g} s")
+                log(
+                    "cannot reconnect",
+                    f"worker: cannot reconnect ({_reason(e)}); next try in {delay:g} s",
+                    level="error",
+                    error=_reason(e),
+                    retry_in_s=delay,
+                )
                 _pause(delay, stop)
                 continue
-            say("worker: reconnected")
+            log("reconnected", "worker: reconnected")
             failures = 0
+        started = time.monotonic()
         try:
             row = conn.execute(statement, params).fetchone()
             processed, failed, retried = (_count(v) for v in row[:3]) if row else (0, 0, 0)
             by_kind = row[3] if row and len(row) > 3 else None
         except psycopg.Error as e:
+            if stats is not None:
+                stats.batch_failed()
             kind = classify(e.sqlstate, conn.closed or conn.broken)
             if kind == "config":
                 raise ConfigError(e) from None
@@ -239,14 +563,28 @@ def run(
             if kind == "lost":
                 _drop(conn)
                 conn = None
-                say(f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s")
+                log.trouble(
+                    "connection lost",
+                    f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s",
+                    e,
+                    delay,
+                )
             elif kind == "cancelled":
-                say(
+                log.trouble(
+                    "call cancelled",
                     f"worker: call cancelled ({first_line(e)}); the event in hand counts as a "
-                    f"failed attempt; going on in {delay:g} s"
+                    f"failed attempt; going on in {delay:g} s",
+                    e,
+                    delay,
+                    level="warning",
                 )
             else:
-                say(f"worker: call failed ({first_line(e)}); going on in {delay:g} s")
+                log.trouble(
+                    "call failed",
+                    f"worker: call failed ({first_line(e)}); going on in {delay:g} s",
+                    e,
+                    delay,
+                )
             _pause(delay, stop)
             continue
         failures = 0
@@ -254,10 +592,24 @@ def run(
         totals.failed += failed
         totals.retried += retried
         totals.add_kinds(by_kind)
+        if stats is not None:
+            stats.batch_ok(totals, time.time())
         expired = _expired(by_kind)
         if processed or failed or retried or expired:
-            say(f"worker: {totals.line()}")
-        if processed + failed + retried >= options.batch or expired >= EXPIRE_BATCH:
+            log.batch(
+                f"worker: {totals.line()}",
+                processed=processed,
+                failed=failed,
+                retried=retried,
+                expired=expired,
+                duration_ms=round((time.monotonic() - started) * 1000),
+                kinds=_batch_kinds(by_kind),
+            )
+            log.events(by_kind)
+        more = processed + failed + retried >= options.batch or expired >= EXPIRE_BATCH
+        if backlog is not None:
+            backlog.handled(processed + failed + retried, more)
+        if more:
             continue  # maybe more queued, or more expired
         if options.once:
             break
@@ -268,12 +620,35 @@ def run(
             conn = None
             failures += 1
             delay = retry_delay(failures)
-            say(f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s")
+            log.trouble(
+                "connection lost",
+                f"worker: connection lost ({first_line(e)}); reconnecting in {delay:g} s",
+                e,
+                delay,
+            )
             _pause(delay, stop)
     if conn is not None:
         conn.close()
-    say(f"worker: stopped; {totals.line()}")
+    log(
+        "stopped",
+        f"worker: stopped; {totals.line()}",
+        processed=totals.processed,
+        failed=totals.failed,
+        retried=totals.retried,
+        kinds=totals.by_kind,
+        elapsed_s=round(time.monotonic() - totals.started, 3),
+    )
     return totals
+
+
+def _remaining(conn: Connection) -> int | None:
+    """Events waiting for a worker (for Progress); None when the server cannot say (older than
+    event_remaining, or an error: the CALL after it reports a lost connection)."""
+    try:
+        row = conn.execute("SELECT aidb_memory.event_remaining()").fetchone()
+    except psycopg.Error:
+        return None
+    return _count(row[0]) if row else None
 
 
 def _listen(conn: Connection) -> Connection:
