@@ -145,6 +145,10 @@ DECLARE
     task_retried pg_catalog.int4;
     -- Expired memories the call deleted (issue 34).
     expired pg_catalog.int4;
+    -- Each event handled (issue 36): by_kind's "events", for the worker's logs. An array, which
+    -- array_append extends in place, not a jsonb array copied at each event.
+    handled pg_catalog.jsonb[];
+    started pg_catalog.timestamptz;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     processed := 0;
@@ -159,6 +163,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     FOR i IN 1..max_events LOOP
+        started := pg_catalog.clock_timestamp();
         -- No row: nothing claimable (in the key range, when one is given); all three NULL.
         SELECT c.actor_key, c.event_id, c.kind INTO claimed_key, claimed, task_kind
         FROM aidb_memory.event_claim(lease_s, max_attempts, key_min, key_max) AS c;
@@ -203,6 +208,15 @@ BEGIN
         ELSIF outcome = 'retry' THEN
             retried := retried + 1;
         END IF;
+        IF outcome IN ('processed', 'skipped', 'failed', 'retry') THEN
+            handled := pg_catalog.array_append(handled,
+                COALESCE(aidb_memory.event_brief(claimed_key, claimed),
+                         pg_catalog.jsonb_build_object('kind', task_kind))
+                || pg_catalog.jsonb_build_object(
+                    'outcome', outcome,
+                    'duration_ms', pg_catalog.round(pg_catalog.date_part(
+                        'epoch', pg_catalog.clock_timestamp() - started) * 1000)::pg_catalog.int8));
+        END IF;
         IF task_kind = 'compaction' THEN
             IF outcome = 'processed' THEN
                 summarized := summarized + 1;
@@ -227,7 +241,16 @@ BEGIN
         'compaction', pg_catalog.jsonb_build_object(
             'summarized', summarized, 'dropped', dropped,
             'failed', task_failed, 'retried', task_retried),
-        'expiry', pg_catalog.jsonb_build_object('expired', expired));
+        'expiry', pg_catalog.jsonb_build_object('expired', expired),
+        'events', pg_catalog.to_jsonb(COALESCE(handled, ARRAY[]::pg_catalog.jsonb[])));
+    -- The last-batch gauge of aidb_memory.metrics(): this call finished. Under REPEATABLE READ
+    -- a worker that finished after this transaction's snapshot fails the UPDATE (40001): its
+    -- time is as recent, and this call's work is done, so the error is left.
+    BEGIN
+        PERFORM aidb_memory.event_batch_finished();
+    EXCEPTION WHEN serialization_failure THEN
+        NULL;
+    END;
 END
 $$;
 COMMENT ON PROCEDURE aidb_memory.process_events(
@@ -239,8 +262,9 @@ COMMENT ON PROCEDURE aidb_memory.process_events(
 'attempt, and marks it failed after max_attempts. Then it deletes up to 1000 expired memories '
 '(expire_memories). Returns how many were processed (or skipped), failed and retried, and '
 'by_kind: {"extraction": {processed, failed, retried}, "compaction": {summarized, dropped, '
-'failed, retried}, "expiry": {expired}}. With key_min and key_max (inclusive, both or '
-'neither), only events whose actor_key is in that range: workers with disjoint ranges split the '
+'failed, retried}, "expiry": {expired}, "events": [{event, kind, namespace, outcome, '
+'duration_ms}, ...] (each event handled: its public id, never its actor or content)}. With '
+'key_min and key_max (inclusive, both or neither), only events whose actor_key is in that range: workers with disjoint ranges split the '
 'queue. Safe to run from several sessions at once, and from pg_cron.';
 
 CREATE OR REPLACE FUNCTION aidb_memory.status(namespace text, actor_id text, event_id uuid)

@@ -81,8 +81,13 @@ GRANT EXECUTE ON FUNCTION
     aidb_memory.event_error(bigint, bigint, integer, real, text),
     aidb_memory.event_interrupted(bigint, bigint, integer, real, text),
     aidb_memory.event_remaining(),
+    aidb_memory.event_brief(bigint, bigint),
+    aidb_memory.event_batch_finished(),
     aidb_memory.expire_memories(integer, bigint, bigint)
 TO aidb_workers;
+-- Metrics (issue 36): for whoever runs or watches the worker; not the application, which has no
+-- business with other namespaces' figures.
+GRANT EXECUTE ON FUNCTION aidb_memory.metrics(integer) TO aidb_admins, aidb_workers;
 GRANT EXECUTE ON FUNCTION aidb_memory.expire_memories(integer, bigint, bigint) TO aidb_admins;
 GRANT EXECUTE ON FUNCTION aidb_memory.status(text, text, uuid) TO aidb_users;
 -- Putting failed events back in the queue is for admins.

@@ -461,6 +461,11 @@ def _compact(
         # The session changed under us (a pop, or a compaction committed by another snapshot).
         return ["compaction_busy"]
     clear_failures(key, ref)
+    # Counted for aidb_memory.metrics(): the worker's task compacts ahead of reads, a read inline.
+    # Imported here, as llm is: only a compaction that called a model gets this far.
+    from aidb_memory_server import metrics
+
+    metrics.compaction("ahead" if purpose == "compaction_ahead" else "inline", namespace_id)
     if written is not None:
         written.append({"from_seq": int(first["seq"]), "to_seq": cut, "chars": len(text)})
     if next_round < stop_seq and due(end_offset - cut_offset, len(text), limit_chars):

@@ -90,7 +90,8 @@ LIMIT {CANDIDATES}
 # A candidate, locked if no other worker holds it and still claimable once locked (FOR UPDATE
 # reads the row's latest version): another claim may have taken it since it was read.
 _LOCK_CANDIDATE = f"""
-SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error FROM aidb_memory.event q
+SELECT q.actor_key, q.id, q.kind, q.status, q.attempts, q.last_error, q.namespace_id
+FROM aidb_memory.event q
 WHERE q.actor_key = $1 AND q.id = $2 AND ({_CLAIMABLE})
 FOR UPDATE SKIP LOCKED
 """
@@ -188,6 +189,7 @@ def event_claim(
         if attempts >= limit:
             why = note or exhausted(attempts, limit, event["last_error"])
             db.execute(_FAILED, ("bigint", "bigint", "text"), (key, event_id, why))
+            _count(event, "failed")
             continue
         db.execute(
             _CLAIM, ("bigint", "bigint", "float8", "text"), (key, event_id, float(lease), note)
@@ -433,7 +435,17 @@ def _finish(event: Any, status: str, result: dict[str, Any]) -> str:
         ("bigint", "bigint", "text", "text"),
         (int(event["actor_key"]), int(event["id"]), status, json.dumps(result)),
     )
+    _count(event, status)
     return status
+
+
+def _count(event: Any, outcome: str) -> None:
+    """Count the event's outcome for aidb_memory.metrics(), in the transaction of its status
+    change (metrics.py: a subtransaction that never fails it)."""
+    # Imported here: remember imports this module (queue_embedding), and only the worker counts.
+    from aidb_memory_server import metrics
+
+    metrics.event(event["kind"], outcome, int(event["namespace_id"]))
 
 
 def _fail(event: Any, limit: int, base: float, error: str) -> str:
@@ -441,15 +453,17 @@ def _fail(event: Any, limit: int, base: float, error: str) -> str:
     message = " ".join(endpoints.strip_urls(error).split())[:ERROR_CHARS]
     attempts = int(event["attempts"])
     key, event_id = int(event["actor_key"]), int(event["id"])
-    if attempts >= limit:
+    outcome = "failed" if attempts >= limit else "retry"
+    if outcome == "failed":
         db.execute(_FAILED, ("bigint", "bigint", "text"), (key, event_id, message))
-        return "failed"
-    db.execute(
-        _RETRY,
-        ("bigint", "bigint", "text", "float8"),
-        (key, event_id, message, backoff_s(attempts, base)),
-    )
-    return "retry"
+    else:
+        db.execute(
+            _RETRY,
+            ("bigint", "bigint", "text", "float8"),
+            (key, event_id, message, backoff_s(attempts, base)),
+        )
+    _count(event, outcome)
+    return outcome
 
 
 def event_error(

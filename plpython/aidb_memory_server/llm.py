@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aidb_memory_server import db, endpoints, extractive
+from aidb_memory_server import db, endpoints, extractive, metrics
 from aidb_memory_server.errors import INSUFFICIENT_PRIVILEGE, UNDEFINED_OBJECT, ApiError
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -168,7 +168,8 @@ def _record(
     started: float,
     result: Result,
 ) -> None:
-    """Set the result's latency and record the call's usage (never any content).
+    """Set the result's latency and record the call's usage (never any content), in
+    model_usage and in the counters of :mod:`metrics`.
 
     In a read-only transaction (a replica: issue 10 item 8) the row is left out rather than
     failing the statement: the call is already made and paid for, and what needs no storing (a
@@ -192,6 +193,16 @@ def _record(
             result.outcome,
             result.error,
         ),
+    )
+    # The same call counted for aidb_memory.metrics() (a subtransaction: never fails the caller).
+    metrics.model_call(
+        model.name,
+        purpose,
+        result.outcome,
+        namespace_id,
+        result.tokens_in,
+        result.tokens_out,
+        result.latency_ms,
     )
 
 

@@ -49,6 +49,9 @@ PLAIN_SQL = {
     "catalog_fingerprint",
     *(f"{view}_rows" for view in ("namespaces", "sessions", "events", "models", "secrets")),
     "model_calls_rows",
+    # process_events' steps of issue 36: an event's public id and namespace; the last-batch time.
+    "event_brief",
+    "event_batch_finished",
 }
 
 CASES: dict[str, Case] = {
@@ -103,6 +106,7 @@ CASES: dict[str, Case] = {
         ADMIN_USER, "SELECT * FROM aidb_memory.namespace_update('no-such-ns')", "42704"
     ),
     "list_actors": Case(APP_USER, "SELECT * FROM aidb_memory.list_actors('nope')", "42704"),
+    "metrics": Case(WORKER_USER, "SELECT * FROM aidb_memory.metrics(-1)", "22023"),
     "namespace_grant": Case(
         ADMIN_USER, "SELECT aidb_memory.namespace_grant('no-such-ns', 'admin_user')", "42704"
     ),

@@ -34,7 +34,7 @@ FOREIGN_KEYS = {
 def test_every_table_is_distributed_once_in_the_expected_way() -> None:
     statements = citus.statements()
     tables = [s.table for s in statements]
-    assert len(tables) == len(set(tables)) == 23
+    assert len(tables) == len(set(tables)) == 28
     kinds = {s.table: s.kind for s in statements}
     assert {t for t, k in kinds.items() if k == "reference"} == {
         "namespace",
@@ -46,6 +46,11 @@ def test_every_table_is_distributed_once_in_the_expected_way() -> None:
         "runtime_modules",
         "runtime_bytecode",
         "schema_migrations",
+        "metric_event",
+        "metric_model_call",
+        "metric_model_latency",
+        "metric_compaction",
+        "metric_worker",
     }
     assert {t for t, k in kinds.items() if k == "by id"} == {"model_usage", "audit_log"}
     assert {t for t, k in kinds.items() if k == "per actor"} == {

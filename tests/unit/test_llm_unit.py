@@ -4,6 +4,7 @@ against the fake server with ``db.execute`` stubbed (the main thread's ticks and
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ import pytest
 from fake_openai import Reply, serve
 
 SECRET = "sk-unit-Jf3Lq8Rt6Yx1"
+# Imported anew with the stand-in plpy and db.execute (metrics binds db when imported).
+_RELOADED = ("aidb_memory_server.db", "aidb_memory_server.metrics", "aidb_memory_server.llm")
 
 
 class _Rows(list[dict[str, Any]]):
@@ -24,8 +27,12 @@ class _Rows(list[dict[str, Any]]):
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The llm module, imported with a stand-in ``plpy`` and ``db.execute`` recording calls."""
-    monkeypatch.setitem(sys.modules, "plpy", types.ModuleType("plpy"))
-    for name in ("aidb_memory_server.db", "aidb_memory_server.llm"):
+    plpy = types.ModuleType("plpy")
+    # What the usage counters (metrics.py) run their upsert in.
+    plpy.subtransaction = contextlib.nullcontext
+    plpy.SPIError = Exception
+    monkeypatch.setitem(sys.modules, "plpy", plpy)
+    for name in _RELOADED:
         monkeypatch.delitem(sys.modules, name, raising=False)
     from aidb_memory_server import db, llm, models
 
@@ -57,7 +64,7 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     llm.executed = executed
     llm._clients.clear()
     yield llm
-    for name in ("aidb_memory_server.db", "aidb_memory_server.llm"):
+    for name in _RELOADED:
         sys.modules.pop(name, None)
 
 

@@ -455,6 +455,8 @@ SPANNING_ALLOWED_FROM = (
     "sql:event_remaining",
     # The sweep of expired memories (issue 34): the worker's, by the expiry index.
     "sql:expire_memories",
+    # The queue's depth and latency for monitoring (issue 36): admins' and workers'.
+    "sql:metrics",
     "view:sessions",
     "view:events",
     # The rows of those two views (sql/20_namespaces.sql says why a view reads through one).

@@ -6,7 +6,10 @@ Three kinds of tables, and every table of the schema is of exactly one:
   hash-distributed by it and all co-located with ``session``, so that every row of one
   (namespace, actor) is on one shard and every hot call touches one shard;
 - **reference** (:data:`REFERENCE_TABLES`): small tables every node needs whole (namespaces,
-  models, secrets, the installer's own tables), replicated to every node;
+  models, secrets, the installer's own tables), replicated to every node; and the counters of
+  ``aidb_memory.metrics()`` (issue 36), a few rows per label set that the worker bumps with an
+  upsert (an upsert needs its whole key on one shard, and they belong to no actor) and a scrape
+  reads whole;
 - **by id** (:data:`BY_ID_TABLES`): the append-only logs ``model_usage`` and ``audit_log``.
   They grow with use (one row per model call, one per erasure), so not reference tables (every
   write would go to every node); they belong to no actor and must not carry its key (an erasure
@@ -46,6 +49,11 @@ REFERENCE_TABLES = (
     "runtime_modules",
     "runtime_bytecode",
     "schema_migrations",
+    "metric_event",
+    "metric_model_call",
+    "metric_model_latency",
+    "metric_compaction",
+    "metric_worker",
 )
 # In the order the foreign keys between them need: a referenced table before its referencing ones
 # (turn references session and event; memory_history references memory and event).
