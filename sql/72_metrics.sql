@@ -183,19 +183,22 @@ COMMENT ON FUNCTION aidb_memory.metrics(integer) IS
 
 -- What process_events reports of each event it handled (by_kind's "events"): its public id, kind
 -- and namespace, never its actor or content. Read after the event's own transaction committed.
+-- PL/pgSQL, not SQL: Citus cannot plan a statement of a SQL function that has parameters.
 CREATE OR REPLACE FUNCTION aidb_memory.event_brief(actor_key bigint, event_id bigint)
 RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET debug_print_parse = off
 SET debug_print_rewritten = off
 SET debug_print_plan = off
 AS $$
-SELECT pg_catalog.jsonb_build_object('event', e.public_id::text, 'kind', e.kind,
-                                     'namespace', n.name)
-FROM aidb_memory.event AS e
-JOIN aidb_memory.namespace AS n ON n.id = e.namespace_id
-WHERE e.actor_key = $1 AND e.id = $2
+BEGIN
+    RETURN (SELECT pg_catalog.jsonb_build_object('event', e.public_id::text, 'kind', e.kind,
+                                                 'namespace', n.name)
+            FROM aidb_memory.event AS e
+            JOIN aidb_memory.namespace AS n ON n.id = e.namespace_id
+            WHERE e.actor_key = event_brief.actor_key AND e.id = event_brief.event_id);
+END
 $$;
 COMMENT ON FUNCTION aidb_memory.event_brief(bigint, bigint) IS
 'Internal (process_events): an event''s public id, kind and namespace name (no actor, no '

@@ -665,6 +665,41 @@ def test_a_hot_call_touches_the_shards_of_one_index(
     assert not [c for c in local if any(f"aidb_memory.{t}" in c for t in citus.PER_ACTOR_TABLES)]
 
 
+def test_metrics_and_the_events_of_a_batch_through_the_coordinator(
+    node: Node, fake: FakeOpenAI
+) -> None:
+    """Issue 36: process_events reports each event (event_brief) and counts it and its model
+    call (the counters are reference tables), and metrics() reads them with the queue of the
+    distributed events."""
+    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
+    node.sql("SELECT aidb_memory.create_model('metered', 'openai', %s::jsonb)", (json.dumps(opts),))
+    node.sql("SELECT aidb_memory.init('metered', '{\"llm\": \"metered\"}')")
+    fake.default = lambda _r: Reply(
+        content=json.dumps({"operations": [{"op": "add", "text": "A fact.", "target": None}]})
+    )
+    for i in range(4):
+        node.sql(
+            "SELECT aidb_memory.add('metered', %s, %s::jsonb, 's')",
+            (f"m{i}", _turns(f"I am actor {i}.")),
+            user=APP_USER,
+        )
+    with node.connect(WORKER_USER) as conn:
+        row = conn.execute("CALL aidb_memory.process_events(max_events => 100)").fetchone()
+        assert row is not None
+        samples = conn.execute("SELECT metric, labels, value FROM aidb_memory.metrics()").fetchall()
+    metered = [e for e in row[3]["events"] if e["namespace"] == "metered"]
+    assert [e["outcome"] for e in metered] == ["processed"] * 4
+    values = {(m, json.dumps(lb, sort_keys=True)): v for m, lb, v in samples}
+    ns = json.dumps({"kind": "extraction", "namespace": "metered"}, sort_keys=True)
+    assert values[("aidb_memory_events_processed_total", ns)] == 4
+    call = {"model": "metered", "namespace": "metered", "outcome": "ok", "purpose": "extraction"}
+    assert values[("aidb_memory_model_calls_total", json.dumps(call, sort_keys=True))] == 4
+    assert values[("aidb_memory_worker_last_batch_timestamp_seconds", "{}")] > 0
+    ready = json.dumps({"kind": "extraction", "status": "ready"}, sort_keys=True)
+    assert ("aidb_memory_queue_events", ready) in values
+    assert node.value("SELECT count(*) FROM aidb_memory.metrics()", user=ADMIN_USER) == len(samples)
+
+
 # --- data spreads -----------------------------------------------------------------------------
 
 
