@@ -520,3 +520,16 @@ def test_bad_worker_options_are_usage_errors(args: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.build_parser().parse_args(["worker", *args])
     assert exit_info.value.code == 2
+
+
+def test_the_server_listens_on_an_ipv6_address_too() -> None:
+    exporter = metrics.Exporter(_refused, WorkerStats())
+    try:
+        server = metrics.serve(exporter, "::1", 0)
+    except OSError as e:  # a host without IPv6 on loopback
+        pytest.skip(f"no ::1 here: {e}")
+    try:
+        assert server.url == f"http://[::1]:{server.port}"
+        assert _get(f"{server.url}/metrics")[0] == 200
+    finally:
+        server.close()
