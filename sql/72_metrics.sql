@@ -197,7 +197,7 @@ BEGIN
                                                  'namespace', n.name)
             FROM aidb_memory.event AS e
             JOIN aidb_memory.namespace AS n ON n.id = e.namespace_id
-            WHERE e.actor_key = event_brief.actor_key AND e.id = event_brief.event_id);
+            WHERE e.actor_key = $1 AND e.id = $2);
 END
 $$;
 COMMENT ON FUNCTION aidb_memory.event_brief(bigint, bigint) IS
