@@ -10,9 +10,9 @@ numbers. bench/README.md says what each number means.
 This file is the runner: the CLI, the servers, the order of the rows and the JSON they make. Each
 row family is a module of its own: sessions.py (a) to (d2), first_calls.py (f), chat_ahead.py
 (g), concurrency.py (h), search.py (e) on memories.py's data, worst_search.py (e2),
-search_quality.py (i), memory_items.py (l), (m), (n), vectors.py (j) and (k); measuring.py times
-paths side by side, report.py
-prints the full run's table and makes its JSON, common.py holds what they all share.
+search_quality.py (i), memory_items.py (l), (m), (n), vectors.py (j) and (k), observability.py
+(o) and (p); measuring.py times paths side by side, report.py prints the full run's table and
+makes its JSON, common.py holds what they all share.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import chat_ahead  # row (g), bench/chat_ahead.py
 import concurrency  # row (h), bench/concurrency.py
 import first_calls  # row (f), bench/first_calls.py
 import memory_items  # rows (l), (m), (n), bench/memory_items.py
+import observability  # rows (o), (p), bench/observability.py
 import psycopg
 import search  # row (e), bench/search.py
 import search_quality  # row (i), bench/search_quality.py
@@ -73,7 +74,18 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     ap.add_argument(
         "--only",
-        choices=("all", "e", "i", "items", "worst-search", "first-call", "g", "h", "j"),
+        choices=(
+            "all",
+            "e",
+            "i",
+            "items",
+            "worst-search",
+            "first-call",
+            "g",
+            "h",
+            "j",
+            "monitoring",
+        ),
         default="all",
         help="e: only (e), search against plain full text, then (i) on its memories; i: only "
         "(i), search quality on misspelled queries, on (e)'s memories; worst-search: only "
@@ -81,7 +93,8 @@ def main() -> int:
         "needed); first-call: only (f), the first call on new connections; g: only (g), "
         "compaction ahead of reads; h: only (h), concurrent chat turns; j: only (j) and (k), "
         "vector search with pgvector over 100,000 of 1,000,000 memories; items: only (l), "
-        "(m), (n), filters, get_memory and keyed remember, on (e)'s memories",
+        "(m), (n), filters, get_memory and keyed remember, on (e)'s memories; monitoring: only "
+        "(o) and (p), metrics() at 1,000,000 events and the worker's throughput when scraped",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -126,6 +139,8 @@ def main() -> int:
         return main_i(args)
     if args.only == "items":
         return main_items(args)
+    if args.only == "monitoring":
+        return main_monitoring(args)
     return run_all(args)
 
 
@@ -207,7 +222,10 @@ def run_all(args: argparse.Namespace) -> int:
                 with ThreadPoolExecutor(1) as pool:
                     building = pool.submit(vectors.build, vector_server.dsn, say)
                     chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
-                    say("bench: (g) done; waiting for (j)'s database")
+                    # (o) and (p) also fit in the build's time: (p) compares two sides in
+                    # alternating rounds, and (o) is a p95 far from its target's order.
+                    watched = observability.run(server.dsn, say, args.quick)
+                    say("bench: (g), (o), (p) done; waiting for (j)'s database")
                     built = building.result()
         say("bench: server stopped and removed")
         vector_rows = built if "skipped" in built else vectors.measure(built, say)
@@ -230,6 +248,8 @@ def run_all(args: argparse.Namespace) -> int:
     print()
     chat_ahead.report(chat)
     print()
+    observability.report(watched)
+    print()
     vectors.report(vector_rows)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
@@ -238,6 +258,7 @@ def run_all(args: argparse.Namespace) -> int:
     result["first_calls"] = first
     result["concurrent"] = concurrent
     result["chat_ahead"] = chat
+    result["monitoring"] = watched
     result["vectors"] = vector_rows
     elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
     result["elapsed_s"] = round(elapsed)
@@ -308,6 +329,25 @@ def main_items(args: argparse.Namespace) -> int:
         lambda dsn: memory_items.only(dsn, args),
         lambda r: memory_items.report(r["memory_items"]),
     )
+
+
+def main_monitoring(args: argparse.Namespace) -> int:
+    """``--only monitoring``: (o) and (p) alone, on a server of their own."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    say("bench: starting a throwaway PostgreSQL server")
+    with ThrowawayServer() as server:
+        found = observability.run(server.dsn, say, args.quick)
+    say("bench: server stopped and removed")
+    print()
+    observability.report(found)
+    if not args.no_save:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-monitoring.json"
+        result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
+        path.write_text(json.dumps({**result, "monitoring": found}, indent=2) + "\n")
+        say(f"bench: wrote {path}")
+    return 0
 
 
 def main_worst_search(args: argparse.Namespace) -> int:
