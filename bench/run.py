@@ -333,21 +333,13 @@ def main_items(args: argparse.Namespace) -> int:
 
 def main_monitoring(args: argparse.Namespace) -> int:
     """``--only monitoring``: (o) and (p) alone, on a server of their own."""
-    signal.signal(signal.SIGTERM, _terminate)
-    started = dt.datetime.now(dt.UTC)
-    say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer() as server:
-        found = observability.run(server.dsn, say, args.quick)
-    say("bench: server stopped and removed")
-    print()
-    observability.report(found)
-    if not args.no_save:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-monitoring.json"
-        result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
-        path.write_text(json.dumps({**result, "monitoring": found}, indent=2) + "\n")
-        say(f"bench: wrote {path}")
-    return 0
+    return run_on_server(
+        args,
+        "monitoring",
+        "",
+        lambda server: {"monitoring": observability.run(server.dsn, say, args.quick)},
+        lambda r: observability.report(r["monitoring"]),
+    )
 
 
 def main_worst_search(args: argparse.Namespace) -> int:
@@ -405,17 +397,35 @@ def main_j(args: argparse.Namespace) -> int:
     """``--only j``: (j) and (k) alone, on a server of their own, whose shared_buffers hold the
     table and the index (vectors.SHARED_BUFFERS: PostgreSQL's default 128 MB would measure reads
     from the OS's cache, not the search)."""
+    return run_on_server(
+        args,
+        "j",
+        f"-c shared_buffers={vectors.SHARED_BUFFERS}",
+        lambda server: vectors.run(server.dsn, say),
+        vectors.report,
+    )
+
+
+def run_on_server(
+    args: argparse.Namespace,
+    name: str,
+    postgres_args: str,
+    work: Callable[[ThrowawayServer], dict[str, Any]],
+    show: Callable[[dict[str, Any]], None],
+) -> int:
+    """Rows alone on a throwaway server of their own that they use as they need (``work``
+    makes its databases); written to ``<UTC start time>-<name>.json``."""
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     say("bench: starting a throwaway PostgreSQL server")
-    with ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}") as server:
-        found = vectors.run(server.dsn, say)
+    with ThrowawayServer(postgres_args=postgres_args) as server:
+        found = work(server)
     say("bench: server stopped and removed")
     print()
-    vectors.report(found)
+    show(found)
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-j.json"
+        path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{name}.json"
         result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
         path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
         say(f"bench: wrote {path}")
