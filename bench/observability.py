@@ -186,18 +186,27 @@ def _start_worker(dsn: str, port: int | None) -> subprocess.Popen[str]:
     for _ in range(3):  # "worker: started" comes after the line saying where the metrics are
         said.append(worker.stdout.readline())
         if said[-1].startswith("worker: started"):
+            # Read what it says from then on: a pipe nobody reads fills (64 kB, ~340 lines of
+            # "worker: processed ...") and the worker then blocks writing its next line.
+            for stream in (worker.stdout, worker.stderr):
+                threading.Thread(target=_discard, args=(stream,), daemon=True).start()
             return worker
     worker.kill()
     raise RuntimeError(f"the worker did not start: {''.join(said)}{worker.communicate()[1]}")
 
 
+def _discard(stream: Any) -> None:
+    for _line in stream:
+        pass
+
+
 def _stop_worker(worker: subprocess.Popen[str]) -> None:
     worker.send_signal(signal.SIGTERM)
     try:
-        worker.communicate(timeout=60)
+        worker.wait(timeout=60)
     except subprocess.TimeoutExpired:
         worker.kill()
-        worker.communicate()
+        worker.wait()
 
 
 def _scrape(port: int, on: threading.Event, stop: threading.Event, scrapes: list[int]) -> None:
@@ -295,7 +304,7 @@ def measure_p(dsn: str, say: Callable[[str], None], pairs: int, slice_s: float) 
     if not waiting:
         raise RuntimeError("(p): the backlog ran out before the last slice; make it larger")
     if not (statistics.median(plain) and statistics.median(scraped)):
-        # The worker stopped claiming with events waiting (bench/README.md, 12-07): no ratio.
+        # A slice in which the worker finished nothing with events waiting: no ratio.
         say(f"  (p) the worker stopped claiming with {waiting:,} events waiting")
         return {
             "what": "worker throughput (events/s) while /metrics is fetched every second / "
