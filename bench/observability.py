@@ -19,7 +19,6 @@ It runs in two databases of its own on the first server, while (j)'s index build
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import socket
@@ -32,6 +31,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import gate
 import psycopg
 
 DB = "monitoring"
@@ -146,7 +146,7 @@ def measure_o(dsn: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             rows = conn.execute(sql, prepare=True).fetchall()
             times.append((time.perf_counter() - t0) * 1000)
-    p95 = _p95(times)
+    p95 = gate.percentile(times, 0.95)
     return {
         "what": "p95 of aidb_memory.metrics(20), every row fetched, with 1,000,000 events and "
         "1,000,000 model calls",
@@ -157,11 +157,6 @@ def measure_o(dsn: str) -> dict[str, Any]:
         "target": f"p95 <= {O_TARGET_MS:g} ms",
         "result": "PASS" if p95 <= O_TARGET_MS else "MISS",
     }
-
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 def _free_port() -> int:
