@@ -10,6 +10,7 @@ are independent and fast. Roles are cluster-wide: ``app_user`` (only in ``aidb_u
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,26 @@ class Database(SqlDatabase):
 
     def dsn(self, user: str = "postgres") -> str:
         return self.server.dsn(self.name, user)
+
+
+def chat_namespace(db: SqlDatabase, base_url: str, ns: str) -> None:
+    """Namespace ``ns`` whose model is the fake OpenAI-compatible server at ``base_url``, with
+    no client retries (one model_usage row per attempt)."""
+    opts = {"model": "fake-chat", "base_url": base_url, "max_retries": 0}
+    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
+    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (ns,))
+
+
+def queue_extraction(db: SqlDatabase, ns: str, text: str, actor: str = "alice") -> str:
+    """An application's add of one user turn to session 's' (an extraction event for the
+    worker); the event's public id."""
+    return str(
+        db.value(
+            "SELECT aidb_memory.add(%s, %s, %s::jsonb, 's')",
+            (ns, actor, json.dumps([{"role": "user", "content": text}])),
+            user=APP_USER,
+        )
+    )
 
 
 def run_cli(

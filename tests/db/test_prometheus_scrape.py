@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import APP_USER, REPO, WORKER_USER, Database
+from conftest import REPO, WORKER_USER, Database, chat_namespace, queue_extraction
 from deployments import free_port
 from fake_openai import FakeOpenAI, Reply, Request, serve
 from scrapers import Prometheus, http_get, prometheus
@@ -54,18 +54,11 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def ns(db: Database, fake: FakeOpenAI) -> None:
-    # max_retries 0: one model_usage row per attempt, so the counts below are exact.
-    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
-    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
+    chat_namespace(db, fake.base_url, NS)
 
 
 def _add(db: Database, text: str) -> None:
-    db.sql(
-        "SELECT aidb_memory.add(%s, 'alice', %s::jsonb, 's')",
-        (NS, json.dumps([{"role": "user", "content": text}])),
-        user=APP_USER,
-    )
+    queue_extraction(db, NS, text)
 
 
 @contextmanager

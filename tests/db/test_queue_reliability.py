@@ -20,7 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, run_cli
+from conftest import (
+    ADMIN_USER,
+    APP_USER,
+    WORKER_USER,
+    Database,
+    chat_namespace,
+    queue_extraction,
+    run_cli,
+)
 from fake_openai import FakeOpenAI, Reply, Request, serve
 
 NS = "mem"
@@ -37,19 +45,11 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def ns(db: Database, fake: FakeOpenAI) -> None:
-    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
-    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
+    chat_namespace(db, fake.base_url, NS)
 
 
 def _add(db: Database, text: str, actor: str = "alice") -> str:
-    return str(
-        db.value(
-            "SELECT aidb_memory.add(%s, %s, %s::jsonb, 's')",
-            (NS, actor, json.dumps([{"role": "user", "content": text}])),
-            user=APP_USER,
-        )
-    )
+    return queue_extraction(db, NS, text, actor)
 
 
 def _event(db: Database, event_id: str) -> dict[str, Any]:

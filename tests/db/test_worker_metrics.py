@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aidb_memory import __version__
 from aidb_memory.ops import worker
-from conftest import APP_USER, WORKER_USER, Database, run_cli
+from conftest import WORKER_USER, Database, chat_namespace, queue_extraction, run_cli
 from fake_openai import FakeOpenAI, Reply, Request, serve
 
 NS = "mem"
@@ -44,20 +44,12 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def ns(db: Database, fake: FakeOpenAI) -> None:
-    opts = {"model": "fake-chat", "base_url": fake.base_url, "max_retries": 0}
-    db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
-    db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
+    chat_namespace(db, fake.base_url, NS)
 
 
 def _add(db: Database, text: str, actor: str = "alice") -> str:
     """An add that queues an extraction event; its public id."""
-    return str(
-        db.value(
-            "SELECT aidb_memory.add(%s, %s, %s::jsonb, 's')",
-            (NS, actor, json.dumps([{"role": "user", "content": text}])),
-            user=APP_USER,
-        )
-    )
+    return queue_extraction(db, NS, text, actor)
 
 
 def _statuses(db: Database) -> list[str]:
