@@ -38,23 +38,101 @@ BEGIN
             VALUES (1, '0.1'), (2, '0.25'), (3, '0.5'), (4, '1'), (5, '2.5'), (6, '5'), (7, '10'),
                    (8, '30'), (9, '60'), (10, '120'), (11, '+Inf')
         ),
-        queue AS (
-            -- spans actors: metrics, the queue's pending (event_queue_idx) and failed events
-            -- (event_failed_idx) of every actor, by kind: admins and workers
-            SELECT e.kind,
+        -- The oldest pending events by id (event_queue_idx), at most 5,000: every one of them
+        -- in a healthy queue. Past 5,000 the rest is estimated from a sample: 1,000 ids evenly
+        -- spread from the window's last to the newest pending event, looked up in the queue's
+        -- index; each pending one stands for its share of the span, with its kind and status.
+        -- So a scrape reads at most ~6,000 events however far behind the workers are.
+        pending AS MATERIALIZED (
+            -- spans actors: metrics, the queue's oldest pending events of every actor: admins
+            -- and workers
+            SELECT e.id, e.kind,
                    CASE WHEN e.status = 'processing' THEN 'processing'
                         WHEN e.next_attempt_at IS NULL OR e.next_attempt_at <= now() THEN 'ready'
                         ELSE 'waiting' END AS status,
-                   pg_catalog.count(*) AS n,
-                   pg_catalog.min(e.created_at) AS oldest
+                   e.created_at
             FROM aidb_memory.event AS e
             WHERE e.status IN ('accepted', 'processing')
-            GROUP BY 1, 2
-            UNION ALL
-            SELECT e.kind, 'failed', pg_catalog.count(*), NULL
+            ORDER BY e.id
+            LIMIT 5000
+        ),
+        span AS MATERIALIZED (
+            SELECT w.last_id,
+                   CASE WHEN w.n < 5000 THEN w.last_id ELSE (
+                       -- spans actors: metrics, the newest pending event (event_queue_idx):
+                       -- admins and workers
+                       SELECT pg_catalog.max(e.id) FROM aidb_memory.event AS e
+                       WHERE e.status IN ('accepted', 'processing')) END AS newest
+            FROM (SELECT pg_catalog.count(*) AS n, pg_catalog.max(p.id) AS last_id
+                  FROM pending AS p) AS w
+        ),
+        probes AS MATERIALIZED (
+            SELECT DISTINCT sp.last_id + (g * (sp.newest - sp.last_id) + 999) / 1000 AS id
+            FROM span AS sp CROSS JOIN pg_catalog.generate_series(1, 1000) AS g
+            WHERE sp.newest > sp.last_id
+        ),
+        sampled AS (
+            -- spans actors: metrics, pending events at sampled ids (event_queue_idx): admins
+            -- and workers
+            SELECT e.kind,
+                   CASE WHEN e.status = 'processing' THEN 'processing'
+                        WHEN e.next_attempt_at IS NULL OR e.next_attempt_at <= now() THEN 'ready'
+                        ELSE 'waiting' END AS status
             FROM aidb_memory.event AS e
-            WHERE e.status = 'failed'
-            GROUP BY 1
+            WHERE e.status IN ('accepted', 'processing')
+              AND e.id = ANY (ARRAY(SELECT pr.id FROM probes AS pr))
+        ),
+        queue AS (
+            SELECT x.kind, x.status, pg_catalog.sum(x.n) AS n
+            FROM (
+                SELECT p.kind, p.status, pg_catalog.count(*)::float8 AS n
+                FROM pending AS p
+                GROUP BY p.kind, p.status
+                UNION ALL
+                SELECT s.kind, s.status, pg_catalog.round(
+                    pg_catalog.count(*)::float8 * (sp.newest - sp.last_id)
+                    / (SELECT pg_catalog.count(*) FROM probes))
+                FROM sampled AS s CROSS JOIN span AS sp
+                GROUP BY s.kind, s.status, sp.newest, sp.last_id
+                UNION ALL
+                -- spans actors: metrics, the failed events of every actor (event_failed_idx),
+                -- by kind: admins and workers
+                SELECT e.kind, 'failed', pg_catalog.count(*)::float8
+                FROM aidb_memory.event AS e
+                WHERE e.status = 'failed'
+                GROUP BY 1
+            ) AS x
+            GROUP BY x.kind, x.status
+        ),
+        -- The oldest ready event of each kind: in the window if it holds one of the kind, else
+        -- (only past 5,000 pending events) found through the kind's own pending index
+        -- (compaction, embedding) or the queue's.
+        oldest (kind, created_at) AS (
+            SELECT k.kind, COALESCE(
+                (SELECT pg_catalog.min(p.created_at) FROM pending AS p
+                 WHERE p.kind = k.kind AND p.status = 'ready'),
+                CASE WHEN (SELECT sp.newest > sp.last_id FROM span AS sp) THEN
+                    CASE k.kind
+                        -- spans actors: metrics, the oldest ready event of a kind: admins and
+                        -- workers
+                        WHEN 'compaction' THEN (
+                            SELECT e.created_at FROM aidb_memory.event AS e
+                            WHERE e.kind = 'compaction' AND e.status = 'accepted'
+                              AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+                            ORDER BY e.id LIMIT 1)
+                        WHEN 'embedding' THEN (
+                            SELECT e.created_at FROM aidb_memory.event AS e
+                            WHERE e.kind = 'embedding' AND e.status = 'accepted'
+                              AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+                            ORDER BY e.id LIMIT 1)
+                        ELSE (
+                            SELECT e.created_at FROM aidb_memory.event AS e
+                            WHERE e.kind = 'extraction' AND e.status = 'accepted'
+                              AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+                            ORDER BY e.id LIMIT 1)
+                    END
+                END)
+            FROM kinds AS k
         ),
         events AS (
             SELECT CASE x.outcome WHEN 'failed' THEN 'aidb_memory_events_failed_total'
@@ -97,11 +175,14 @@ BEGIN
             LEFT JOIN queue AS q ON q.kind = k.kind AND q.status = s.status
             UNION ALL
             SELECT 'aidb_memory_queue_latency_seconds',
-                   pg_catalog.jsonb_build_object('kind', k.kind),
+                   pg_catalog.jsonb_build_object('kind', o.kind),
                    COALESCE(GREATEST(
-                       pg_catalog.date_part('epoch', now() - q.oldest), 0), 0)::float8, 0
-            FROM kinds AS k
-            LEFT JOIN queue AS q ON q.kind = k.kind AND q.status = 'ready'
+                       pg_catalog.date_part('epoch', now() - o.created_at), 0), 0)::float8, 0
+            FROM oldest AS o
+            UNION ALL
+            SELECT 'aidb_memory_queue_events_estimated', '{}'::jsonb,
+                   CASE WHEN sp.newest > sp.last_id THEN 1 ELSE 0 END::float8, 0
+            FROM span AS sp
             UNION ALL
             SELECT x.m, pg_catalog.jsonb_build_object('kind', x.kind, 'namespace', x.namespace),
                    pg_catalog.sum(x.events::float8), 0
@@ -169,7 +250,8 @@ COMMENT ON FUNCTION aidb_memory.metrics(integer) IS
 'Admins and workers: the figures an operator''s Prometheus scrapes, one row per sample (metric: '
 'the sample''s full name; labels: a flat object of strings; value), ordered by metric and labels: '
 'aidb_memory_queue_events {kind, status: ready, waiting, processing, failed}, '
-'aidb_memory_queue_latency_seconds {kind} (age of the oldest ready event), '
+'aidb_memory_queue_events_estimated (1 when past 5,000 pending events the depth is estimated from '
+'a sample of ids), aidb_memory_queue_latency_seconds {kind} (age of the oldest ready event), '
 'aidb_memory_events_processed_total, _failed_total, _retried_total {kind, namespace}, '
 'aidb_memory_model_calls_total {model, purpose, outcome, namespace}, '
 'aidb_memory_model_call_duration_seconds (histogram: _bucket {model, purpose, le}, _sum, _count), '
@@ -178,7 +260,8 @@ COMMENT ON FUNCTION aidb_memory.metrics(integer) IS
 'aidb_memory_worker_last_batch_timestamp_seconds (0 if never). The max_namespaces namespaces with '
 'the smallest ids get their own namespace label, every other one "_other" ("" for a model call '
 'of no namespace); never an actor id nor content. Counters count from the install or upgrade '
-'that added them. Cheap: small counter tables and the queue''s partial indexes. '
+'that added them. Cheap: small counter tables and the queue''s partial indexes (at most ~6,000 '
+'pending events read). '
 'Errors: 22023.';
 
 -- What process_events reports of each event it handled (by_kind's "events"): its public id, kind

@@ -700,6 +700,36 @@ def test_metrics_and_the_events_of_a_batch_through_the_coordinator(
     assert node.value("SELECT count(*) FROM aidb_memory.metrics()", user=ADMIN_USER) == len(samples)
 
 
+def test_metrics_past_5000_pending_events_through_the_coordinator(node: Node) -> None:
+    """metrics()' bounded read of a large queue (the oldest 5,000 pending events, then a sample
+    of ids past them) runs on the distributed events and estimates their number."""
+    node.sql("SELECT aidb_memory.init('backlogged', '{}')")
+    node.sql(
+        """
+        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status)
+        SELECT aidb_memory.actor_key('backlogged', 'b' || (i % 40)), n.id, 'b' || (i % 40), 1,
+               'accepted'
+        FROM pg_catalog.generate_series(1, 8000) AS i, aidb_memory.namespace AS n
+        WHERE n.name = 'backlogged'
+        """
+    )
+    try:
+        pending = node.value(
+            "SELECT count(*) FROM aidb_memory.event WHERE status IN ('accepted', 'processing')"
+        )
+        rows = node.sql("SELECT metric, labels, value FROM aidb_memory.metrics()", user=ADMIN_USER)
+        values = {(m, json.dumps(lb, sort_keys=True)): v for m, lb, v in rows}
+        ready = json.dumps({"kind": "extraction", "status": "ready"}, sort_keys=True)
+        assert values[("aidb_memory_queue_events_estimated", "{}")] == 1
+        assert abs(values[("aidb_memory_queue_events", ready)] - pending) <= 0.1 * pending
+    finally:
+        node.sql(
+            "DELETE FROM aidb_memory.event WHERE namespace_id = "
+            "(SELECT id FROM aidb_memory.namespace WHERE name = 'backlogged')"
+        )
+        node.sql("SELECT aidb_memory.namespace_drop('backlogged', 'test cleanup')")
+
+
 # --- data spreads -----------------------------------------------------------------------------
 
 

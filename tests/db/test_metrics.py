@@ -102,9 +102,11 @@ def test_every_gauge_is_there_before_anything_happened(db: Database) -> None:
             assert _value(samples, "aidb_memory_queue_events", kind=kind, status=status) == 0
         assert _value(samples, "aidb_memory_queue_latency_seconds", kind=kind) == 0
     assert _value(samples, "aidb_memory_worker_last_batch_timestamp_seconds") == 0
+    assert _value(samples, "aidb_memory_queue_events_estimated") == 0
     # Counters only once they have counted something.
     assert {m for m, _, _ in samples} == {
         "aidb_memory_queue_events",
+        "aidb_memory_queue_events_estimated",
         "aidb_memory_queue_latency_seconds",
         "aidb_memory_worker_last_batch_timestamp_seconds",
     }
@@ -404,3 +406,103 @@ def test_an_error_of_the_query_names_the_function_and_hides_the_sql(db: Database
     assert primary.startswith("aidb_memory.metrics: "), primary
     context = info.value.diag.context or ""
     assert "SELECT" not in context and "SQL statement" not in context, context
+
+
+def _pending(db: Database, n: int, waiting_every: int, done_every: int) -> None:
+    """``n`` extraction events in id order: every ``waiting_every``-th of the oldest fifth
+    waiting out a backoff, every ``done_every``-th of the rest already processed (as events of
+    a namespace without extraction are), the others ready."""
+    db.sql("SELECT aidb_memory.init('backlog', '{}')")
+    db.sql(
+        """
+        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status,
+                                       kind, next_attempt_at, processed_at)
+        SELECT aidb_memory.actor_key('backlog', 'a' || (i %% 100)), n.id, 'a' || (i %% 100), 1,
+               CASE WHEN i > %(n)s / 5 AND i %% %(done)s = 0 THEN 'processed' ELSE 'accepted' END,
+               'extraction',
+               CASE WHEN i <= %(n)s / 5 AND i %% %(waiting)s = 0
+                    THEN now() + interval '1 hour' END,
+               CASE WHEN i > %(n)s / 5 AND i %% %(done)s = 0 THEN now() END
+        FROM pg_catalog.generate_series(1, %(n)s) AS i, aidb_memory.namespace AS n
+        WHERE n.name = 'backlog'
+        ORDER BY i
+        """,
+        {"n": n, "waiting": waiting_every, "done": done_every},
+    )
+    db.sql("ANALYZE aidb_memory.event")
+
+
+def _queue(db: Database) -> dict[str, int]:
+    """The extraction queue's true depth by status, counted."""
+    rows = db.sql(
+        """
+        SELECT CASE WHEN next_attempt_at > now() THEN 'waiting' ELSE 'ready' END, count(*)
+        FROM aidb_memory.event WHERE status = 'accepted' GROUP BY 1
+        """
+    )
+    return {status: int(n) for status, n in rows}
+
+
+def test_a_queue_of_up_to_5000_pending_events_is_counted_exactly(db: Database) -> None:
+    _pending(db, 5000, waiting_every=7, done_every=1_000_000)
+    samples = _metrics(db)
+    truth = _queue(db)
+    assert sum(truth.values()) == 5000
+    for status in ("ready", "waiting"):
+        assert (
+            _value(samples, "aidb_memory_queue_events", kind="extraction", status=status)
+            == (truth[status])
+        )
+    assert _value(samples, "aidb_memory_queue_events_estimated") == 0
+
+
+def test_a_backlog_past_5000_is_estimated_from_a_bounded_read(db: Database) -> None:
+    """60,000 events: the oldest fifth with some waiting out a backoff (far older than the
+    rest), a third of the others already processed. metrics() reads at most the oldest 5,000
+    pending events and a sample of the rest, says its depth is an estimate, and the estimate is
+    near the truth; the queue's latency stays exact (the age of the oldest ready event)."""
+    _pending(db, 60_000, waiting_every=3, done_every=3)
+    db.sql(
+        "UPDATE aidb_memory.event SET created_at = now() - interval '1 hour' "
+        "WHERE id = (SELECT min(id) FROM aidb_memory.event WHERE status = 'accepted' "
+        "AND next_attempt_at IS NULL)"
+    )
+    truth = _queue(db)
+    with db.connect() as conn, conn.transaction():
+        rows = conn.execute("SELECT metric, labels, value FROM aidb_memory.metrics()").fetchall()
+        [[fetched]] = conn.execute(
+            "SELECT idx_tup_fetch + seq_tup_read FROM pg_catalog.pg_stat_xact_user_tables "
+            "WHERE relid = 'aidb_memory.event'::regclass"
+        ).fetchall()
+    samples = [(m, lb, v) for m, lb, v in rows]
+    assert fetched <= 6_100, "the oldest 5,000 pending events, 1,000 sampled, a few more"
+    assert _value(samples, "aidb_memory_queue_events_estimated") == 1
+    ready = _value(samples, "aidb_memory_queue_events", kind="extraction", status="ready")
+    waiting = _value(samples, "aidb_memory_queue_events", kind="extraction", status="waiting")
+    assert ready is not None and waiting is not None
+    assert abs(ready + waiting - sum(truth.values())) <= 0.1 * sum(truth.values()), (truth, ready)
+    assert abs(ready - truth["ready"]) <= 0.1 * truth["ready"], (truth, ready)
+    assert abs(waiting - truth["waiting"]) <= 0.2 * truth["waiting"], (truth, waiting)
+    latency = _value(samples, "aidb_memory_queue_latency_seconds", kind="extraction")
+    assert latency is not None and 3600 <= latency < 3700
+
+
+def test_the_latency_is_exact_when_the_oldest_5000_pending_events_are_all_waiting(
+    db: Database,
+) -> None:
+    """A window of waiting events only (a model failing for hours): the oldest ready event
+    behind them is found through the queue's index, not taken as none."""
+    _pending(db, 6000, waiting_every=1, done_every=1_000_000)
+    db.sql(
+        "UPDATE aidb_memory.event SET next_attempt_at = now() + interval '1 hour', "
+        "created_at = now() - interval '2 hours' WHERE id <= (SELECT min(id) + 5099 "
+        "FROM aidb_memory.event)"
+    )
+    db.sql(
+        "UPDATE aidb_memory.event SET created_at = now() - interval '1 hour' "
+        "WHERE id = (SELECT min(id) FROM aidb_memory.event WHERE next_attempt_at IS NULL)"
+    )
+    samples = _metrics(db)
+    assert _value(samples, "aidb_memory_queue_events_estimated") == 1
+    latency = _value(samples, "aidb_memory_queue_latency_seconds", kind="extraction")
+    assert latency is not None and 3600 <= latency < 3700

@@ -77,6 +77,11 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "Events in the queue by kind and status: ready (due now), waiting (next attempt after a "
         "backoff), processing, failed (gave up after max attempts).",
     ),
+    "aidb_memory_queue_events_estimated": (
+        "gauge",
+        "1 when more than 5,000 events are pending and aidb_memory_queue_events is an estimate "
+        "past the oldest 5,000 (which are counted); 0 when it counts every event.",
+    ),
     QUEUE_LATENCY: (
         "gauge",
         "Age of the oldest ready event of the kind in seconds (now - created_at); 0 when none.",
