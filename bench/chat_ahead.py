@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,32 +101,53 @@ def _server_packages(dsn: str, target: Path, say: Callable[[str], None]) -> None
         raise RuntimeError(f"aidb-memory deps failed: {done.stderr or done.stdout}")
 
 
-def _start_worker(dsn: str) -> subprocess.Popen[str]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "aidb_memory", "worker", "--dsn", dsn],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PG")},
-    )
-    assert worker.stdout is not None
-    first = worker.stdout.readline()
-    if not first.startswith("worker: started"):
-        worker.kill()
-        raise RuntimeError(f"the worker did not start: {first}{worker.communicate()[1]}")
-    return worker
+class _Worker:
+    """``aidb-memory worker`` as a child process whose output is read as it comes (a pipe nobody
+    reads fills at 64 kB, ~340 lines of "worker: processed ...", and the worker then blocks
+    writing its next line), keeping its last line of standard output."""
 
+    def __init__(self, dsn: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "aidb_memory", "worker", "--dsn", dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PG")},
+        )
+        assert self.process.stdout is not None and self.process.stderr is not None
+        first = self.process.stdout.readline()
+        if not first.startswith("worker: started"):
+            self.process.kill()
+            raise RuntimeError(f"the worker did not start: {first}{self.process.communicate()[1]}")
+        self.last = ""
+        self._readers = [
+            threading.Thread(target=self._keep_last, args=(self.process.stdout,), daemon=True),
+            threading.Thread(target=self._discard, args=(self.process.stderr,), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
 
-def _stop_worker(worker: subprocess.Popen[str]) -> str:
-    """SIGTERM, then the worker's last line (its totals per kind)."""
-    worker.send_signal(signal.SIGTERM)
-    try:
-        out, _err = worker.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        out, _err = worker.communicate()
-    lines = out.strip().splitlines()
-    return lines[-1] if lines else ""
+    def _keep_last(self, stream: Any) -> None:
+        for line in stream:
+            if line.strip():
+                self.last = line.strip()
+
+    @staticmethod
+    def _discard(stream: Any) -> None:
+        for _line in stream:
+            pass
+
+    def stop(self) -> str:
+        """SIGTERM, then the worker's last line (its totals per kind)."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return self.last
 
 
 def run(
@@ -159,11 +181,11 @@ def run(
                 f"bench: (g) {exchanges} exchanges, a read of {BUDGET} chars after each, the "
                 f"model answering in {MODEL_S:g} s, {pace_s:g} s between exchanges"
             )
-            worker = _start_worker(dsn)
+            worker = _Worker(dsn)
             try:
                 measured = _chat(dsn, exchanges, pace_s)
             finally:
-                worker_line = _stop_worker(worker)
+                worker_line = worker.stop()
             requests = len(fake.calls())
     return _result(dsn, measured, exchanges, pace_s, worker_line, requests)
 
