@@ -360,7 +360,32 @@ def test_status_prints_the_queue_per_kind(db: Database, ns: None) -> None:
         "processing": 0,
         "failed": 0,
         "latency_seconds": 0.0,
+        "estimated": False,
     }
+
+
+def test_status_marks_the_depths_of_a_backlog_as_estimates(db: Database) -> None:
+    """Past the oldest 5,000 pending events metrics() estimates the depth: status says so."""
+    db.sql("SELECT aidb_memory.init('backlog', '{}')")
+    db.sql(
+        """
+        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status)
+        SELECT aidb_memory.actor_key('backlog', 'a' || (i % 10)), n.id, 'a' || (i % 10), 1,
+               'accepted'
+        FROM pg_catalog.generate_series(1, 6000) AS i, aidb_memory.namespace AS n
+        WHERE n.name = 'backlog'
+        """
+    )
+    result = run_cli("status", dsn=db.dsn())
+    assert result.returncode == 0, result.stderr
+    assert re.search(
+        r"^queue extraction: ready ~6000, waiting ~0, processing ~0, failed 0; ",
+        result.stdout,
+        re.MULTILINE,
+    ), result.stdout
+    data = json.loads(run_cli("status", "--json", dsn=db.dsn()).stdout)
+    assert data["queue"]["extraction"]["estimated"] is True
+    assert data["queue"]["extraction"]["ready"] == 6000
 
 
 def test_status_on_a_database_without_metrics_says_so_in_one_line(db: Database) -> None:

@@ -261,7 +261,14 @@ def test_queue_states_from_rows() -> None:
         "processing": 0,
         "failed": 0,
         "latency_seconds": 0.0,
+        "estimated": False,
     }
+    estimated = queue_states([*_rows(), ("aidb_memory_queue_events_estimated", {}, 1)])
+    assert all(state.estimated for state in estimated)
+    assert estimated[0].line() == (
+        "queue extraction: ready ~3, waiting ~0, processing ~0, failed 1; oldest ready event "
+        "12.5 s old"
+    )
 
 
 # --- logs -------------------------------------------------------------------------------------

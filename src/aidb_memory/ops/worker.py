@@ -392,6 +392,8 @@ class WorkerStats:
 # the exporter's /healthz checks.
 QUEUE_DEPTH = "aidb_memory_queue_events"
 QUEUE_LATENCY = "aidb_memory_queue_latency_seconds"
+# 1 when the depths count the oldest 5,000 pending events and estimate the rest (a backlog).
+QUEUE_ESTIMATED = "aidb_memory_queue_events_estimated"
 QUEUE_STATUSES = ("ready", "waiting", "processing", "failed")
 QUEUE_KINDS = ("extraction", "compaction")
 _QUEUE = "SELECT metric, labels, value FROM aidb_memory.metrics() WHERE metric = ANY(%s::text[])"
@@ -404,15 +406,22 @@ class QueueState:
     kind: str
     depth: dict[str, int] = field(default_factory=dict)
     latency_s: float = 0.0
+    # The depths past the oldest 5,000 pending events are an estimate (metrics()' sample).
+    estimated: bool = False
 
     def line(self) -> str:
-        counts = ", ".join(f"{status} {self.depth.get(status, 0)}" for status in QUEUE_STATUSES)
+        about = "~" if self.estimated else ""
+        counts = ", ".join(
+            f"{status} {about if status != 'failed' else ''}{self.depth.get(status, 0)}"
+            for status in QUEUE_STATUSES
+        )
         return f"queue {self.kind}: {counts}; oldest ready event {self.latency_s:.1f} s old"
 
     def as_json(self) -> dict[str, object]:
         return {
             **{status: self.depth.get(status, 0) for status in QUEUE_STATUSES},
             "latency_seconds": self.latency_s,
+            "estimated": self.estimated,
         }
 
 
@@ -420,7 +429,11 @@ def queue_states(rows: Iterable[tuple[object, object, object]]) -> list[QueueSta
     """The queue families among aidb_memory.metrics() rows (metric, labels, value), one
     QueueState per kind: extraction and compaction first (always), then any other by name."""
     states: dict[str, QueueState] = {kind: QueueState(kind) for kind in QUEUE_KINDS}
+    estimated = False
     for metric, labels, value in rows:
+        if metric == QUEUE_ESTIMATED:
+            estimated = value == 1
+            continue
         if metric not in (QUEUE_DEPTH, QUEUE_LATENCY) or not isinstance(labels, dict):
             continue
         kind = labels.get("kind")
@@ -431,6 +444,8 @@ def queue_states(rows: Iterable[tuple[object, object, object]]) -> list[QueueSta
             state.latency_s = float(value)
         elif isinstance(status := labels.get("status"), str):
             state.depth[status] = int(value)
+    for state in states.values():
+        state.estimated = estimated
     return [states[k] for k in QUEUE_KINDS] + [
         states[k] for k in sorted(states) if k not in QUEUE_KINDS
     ]
@@ -444,7 +459,7 @@ def read_queue(conn: Connection) -> list[QueueState] | None:
     ).fetchone()
     if not present or not present[0]:
         return None
-    rows = conn.execute(_QUEUE, ([QUEUE_DEPTH, QUEUE_LATENCY],)).fetchall()
+    rows = conn.execute(_QUEUE, ([QUEUE_DEPTH, QUEUE_LATENCY, QUEUE_ESTIMATED],)).fetchall()
     return queue_states((r[0], r[1], r[2]) for r in rows)
 
 
