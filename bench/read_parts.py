@@ -87,8 +87,8 @@ def _cut(src: str, start: str, end: str) -> tuple[str, str]:
 
 def variants(src: str, plan: dict[str, Any]) -> dict[str, str]:
     """session_get's installed definition with its read statement, or its plan, cut out."""
-    start = "        RETURN QUERY\n        -- BEGIN read_statement"
-    before, after = _cut(src, start, "-- END read_statement\n        ;")
+    start = "        IF plan.summary_room >= 0 THEN\n        RETURN QUERY\n"
+    before, after = _cut(src, start, "        ;\n        END IF;")
     empty = "        RETURN QUERY SELECT '[]'::jsonb, 0::bigint, 0, '{}'::text[];"
     plan_only = before + empty + after
     constants = ", ".join(f"{_literal(k, plan[k])} AS {k}" for k in PLAN_TYPES)

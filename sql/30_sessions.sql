@@ -297,9 +297,10 @@ DROP FUNCTION IF EXISTS aidb_memory.session_history(
     text, text, text, integer, text, integer, integer, text);
 
 -- session_get and session_messages each run the same read statement (the plan, the window, the
--- summaries), at most twice. It is written once, in session_get; session_messages holds the line
--- @read_statement@ where install puts it (codebundle.expand_fragments: each plans it for itself,
--- and session_messages's plan leaves out the columns it does not use).
+-- summaries), at most twice. It is written once, in session_get, in parts (read_head,
+-- read_summaries or read_no_summaries, read_tail); session_messages holds the lines @read_head@
+-- ... where install puts them (codebundle.expand_fragments: each plans it for itself, and
+-- session_messages's plan leaves out the columns it does not use).
 CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     namespace text,
     actor_id text,
@@ -367,8 +368,12 @@ BEGIN
             compacted := true;
             CONTINUE;
         END IF;
+        -- The read statement, with the summaries' subquery only when a summary may have room:
+        -- a subquery that finds nothing still costs every read its executor set-up (~9% of
+        -- (b)'s backend CPU, bench/README.md).
+        IF plan.summary_room >= 0 THEN
         RETURN QUERY
-        -- BEGIN read_statement
+        -- BEGIN read_head
         SELECT coalesce(plan.pinned, '[]'::jsonb)
                || coalesce(sm.items, '[]'::jsonb) || coalesce(w.items, '[]'::jsonb) AS items,
                plan.readable_chars - coalesce(w.chars, 0) - coalesce(sm.covered, 0)
@@ -428,6 +433,8 @@ BEGIN
             ) AS m
             WHERE m.seq >= m.cut
         ) AS w
+        -- END read_head
+        -- BEGIN read_summaries
         CROSS JOIN (
             SELECT jsonb_agg(
                        jsonb_build_object('seq', NULL, 'role', 'system', 'content', x.content,
@@ -449,14 +456,26 @@ BEGIN
             WHERE x.used <= plan.summary_room
               AND (plan.summary_slots IS NULL OR x.rank <= plan.summary_slots)
         ) AS sm
+        -- END read_summaries
+        -- BEGIN read_tail
         -- Nothing when the session changed since the plan (no session: ''): the reader plans
         -- again. Not an OR with the no-session case: the planner would drop the subquery and
         -- Citus then plans its table on no shard, which it cannot with xmin.
         WHERE coalesce((SELECT s.xmin::text FROM aidb_memory.session AS s
                         WHERE s.actor_key = plan.actor_key AND s.id = plan.session_ref), '')
               = plan.session_version
-        -- END read_statement
+        -- END read_tail
         ;
+        ELSE
+        RETURN QUERY
+        @read_head@
+        -- BEGIN read_no_summaries
+        CROSS JOIN (SELECT NULL::jsonb AS items, NULL::bigint AS covered, NULL::numeric AS turns)
+            AS sm
+        -- END read_no_summaries
+        @read_tail@
+        ;
+        END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
         EXIT WHEN n > 0;
         changed := changed + 1;
@@ -571,9 +590,19 @@ BEGIN
             CONTINUE;
         END IF;
         -- session_get's read statement, written there (install puts it here).
+        IF plan.summary_room >= 0 THEN
         SELECT r.items INTO history FROM (
-        @read_statement@
+        @read_head@
+        @read_summaries@
+        @read_tail@
         ) AS r;
+        ELSE
+        SELECT r.items INTO history FROM (
+        @read_head@
+        @read_no_summaries@
+        @read_tail@
+        ) AS r;
+        END IF;
         EXIT WHEN FOUND;
         changed := changed + 1;
         IF changed >= 100 THEN

@@ -1,8 +1,9 @@
 """session_get and session_messages each run the read statement themselves (issue 14: no layer
 between them and the window query), and sql/30_sessions.sql writes it once (issue 28): in
-session_get, between ``-- BEGIN read_statement`` and ``-- END read_statement``; session_messages
-holds ``@read_statement@``, which loading the file replaces with it. Each plans first, naming
-itself for errors."""
+session_get, in parts between ``-- BEGIN read_head`` ... ``-- END read_tail``; session_messages
+holds ``@read_head@`` ..., which loading the file replaces with them. Each plans first, naming
+itself for errors, and runs the statement without the summaries' subquery when no summary has
+room (issue 33)."""
 
 from __future__ import annotations
 
@@ -29,15 +30,20 @@ def test_the_read_statement_is_written_once() -> None:
     assert written == ["30_sessions.sql"]
     text = SESSIONS.read_text()
     assert WINDOW in _body(text, "session_get")
-    assert "\n        @read_statement@\n" in _body(text, "session_messages")
+    assert "\n        @read_head@\n        @read_summaries@\n        @read_tail@\n" in _body(
+        text, "session_messages"
+    )
 
 
 def test_session_get_and_session_messages_run_it_after_their_own_plan() -> None:
     text = expand_fragments(SESSIONS, SESSIONS.read_text(), sql_fragments(SQL_DIR))
     for function in ("session_get", "session_messages"):
         body = _body(text, function)
-        assert body.count(WINDOW) == 1
+        # Twice: with the summaries' subquery, and without it when none has room.
+        assert body.count(WINDOW) == 2
+        assert body.count("FROM aidb_memory.summary AS s\n") == 1
+        assert body.count("IF plan.summary_room >= 0 THEN") == 1
         # The plan, in a statement of its own before the read statement, names the caller.
         assert body.count(f"session_read_plan($1, $2, $3, $4, $5, $6, $7, '{function}')") == 1
     # session_messages takes the items alone: its plan leaves the other columns out.
-    assert "SELECT r.items INTO history FROM (\n" in _body(text, "session_messages")
+    assert _body(text, "session_messages").count("SELECT r.items INTO history FROM (\n") == 2
