@@ -287,7 +287,10 @@ def pgbouncer_for(
 
 # Every node loads citus; triggers on distributed tables need enable_unsafe_triggers
 # (docs/scaling.md, "Triggers"), cluster-wide, as the docs tell users to set it.
-CITUS_ARGS = "-c shared_preload_libraries=citus -c citus.enable_unsafe_triggers=on"
+# pg_stat_statements beside Citus: a test reads what the statements of a call cost (jit).
+CITUS_ARGS = (
+    "-c shared_preload_libraries=citus,pg_stat_statements -c citus.enable_unsafe_triggers=on"
+)
 
 
 def citus_available(server: ThrowawayServer) -> bool:

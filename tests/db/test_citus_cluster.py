@@ -122,6 +122,40 @@ def test_install_citus_distributes_every_table_and_verify_is_clean(node: Node) -
     _verify(node)
 
 
+def test_no_statement_of_a_call_is_compiled_by_jit(node: Node) -> None:
+    """Citus costs a statement over distributed tables far above jit_above_cost, and with JIT on
+    (PostgreSQL's default) the statements of every add were compiled by LLVM on each call, ~110
+    ms of it (issue 37). install --citus runs our functions with jit = off: with JIT forced on for
+    the session, no statement run inside an add or a session_get through the coordinator is
+    compiled (pg_stat_statements' jit_functions), while the client's own statement is."""
+    ns = "no_jit"
+    node.sql("SELECT aidb_memory.init(%s)", (ns,))
+    calls = [
+        f"SELECT aidb_memory.add('{ns}', 'alice', '{_turns('I like tea.')}'::jsonb, 's')",
+        f"SELECT * FROM aidb_memory.session_get('{ns}', 'alice', 's', 2000)",
+    ]
+    with node.connect() as conn:  # pg_stat_statements.track: a superuser's
+        assert conn.execute("SELECT pg_catalog.pg_jit_available()").fetchone() == (True,)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for call in calls:  # the namespace and the session known
+            conn.execute(call)
+        conn.execute("SELECT pg_stat_statements_reset()")
+        for setting in ("pg_stat_statements.track = 'all'", "jit = on", "jit_above_cost = 0"):
+            conn.execute(f"SET {setting}")
+        for call in calls:
+            conn.execute(call)
+        rows = conn.execute(
+            "SELECT toplevel, query, jit_functions FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND query NOT LIKE 'SET %' AND query NOT LIKE '%pg_stat_statements%'"
+        ).fetchall()
+    own = [r for r in rows if r[0]]
+    nested = [r for r in rows if not r[0]]
+    assert len(own) == len(calls) and all(r[2] > 0 for r in own), own
+    assert len(nested) > 2, rows
+    assert [r for r in nested if r[2] > 0] == []
+
+
 def test_upgrade_from_the_previous_release_with_data_then_install_citus(
     cluster: CitusCluster, tmp_path: Path
 ) -> None:

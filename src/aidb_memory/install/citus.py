@@ -522,11 +522,32 @@ ORDER BY 1
 CUSTOM_PLANS = "plan_cache_mode = force_custom_plan"
 
 
+# Citus gives the plan of a statement over distributed tables an estimated cost far above
+# jit_above_cost (100,000), so with PostgreSQL's default jit = on every such statement of a call
+# was compiled by LLVM, for each call (custom plans are not kept): ~110 ms of an add through the
+# coordinator, against ~8 ms without (bench/README.md, issue 37). Our statements are small and
+# planned per call there; JIT never pays for itself in them. So on Citus every function of ours
+# that runs statements (SECURITY DEFINER: each API function and its body) runs with jit = off.
+_JIT_FUNCTIONS = """
+SELECT p.oid::pg_catalog.regprocedure::text
+FROM pg_catalog.pg_proc p
+WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s)::oid
+  AND p.prosecdef
+  AND NOT 'jit=off' OPERATOR(pg_catalog.=) ANY (COALESCE(p.proconfig, '{}'::text[]))
+ORDER BY 1
+"""
+NO_JIT = "jit = off"
+
+
 def generic_plans(conn: Connection) -> list[str]:
-    """The statements that make the functions pinned to generic plans plan each call instead
-    (none when the install made none, or after they ran)."""
+    """The statements that make the functions pinned to generic plans plan each call instead,
+    and every SECURITY DEFINER function run without JIT (none when the install made none, or
+    after they ran)."""
     rows = conn.execute(_GENERIC_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
-    return [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows]
+    jit = conn.execute(_JIT_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
+    return [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows] + [
+        f"ALTER FUNCTION {r[0]} SET {NO_JIT}" for r in jit
+    ]
 
 
 def plan(cat: Catalog, done: dict[str, tuple[str, str | None]]) -> Plan:
@@ -645,10 +666,16 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
 
 def _custom_plans(conn: Connection, statements: list[str], say: Callable[[str], None]) -> None:
     """Run :func:`generic_plans`' statements (the install, run again, pins them again)."""
+    without_jit = 0
     for line in statements:
         conn.execute(line.encode())
+        if line.endswith(f" SET {NO_JIT}"):
+            without_jit += 1
+            continue
         function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {CUSTOM_PLANS}")
         say(f"citus: {function} plans each call ({CUSTOM_PLANS})")
+    if without_jit:
+        say(f"citus: {without_jit} functions run without JIT ({NO_JIT})")
 
 
 def record(conn: Connection) -> None:
