@@ -295,15 +295,30 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert ran[: len(citus.SETTINGS)] == citus.SETTINGS
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
-    # Then the functions pinned to generic plans plan each call.
+    # Then the functions pinned to generic plans plan each call, and every SECURITY DEFINER
+    # function runs without JIT.
+    definers = db.value(
+        "SELECT count(*) FROM pg_catalog.pg_proc "
+        "WHERE pronamespace = 'aidb_memory'::regnamespace AND prosecdef"
+    )
     custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in GENERIC_FUNCTIONS]
-    assert said[-1 - len(custom) :] == [
+    assert said[-2 - len(custom) :] == [
         f"citus: {len(before)} foreign keys added again (Citus checked each)",
         *custom,
+        f"citus: {definers} functions run without JIT ({citus.NO_JIT})",
     ]
-    assert ran[-len(GENERIC_FUNCTIONS) :] == [
+    no_jit = [r for r in ran if r.endswith(f" SET {citus.NO_JIT}")]
+    assert len(no_jit) == definers > 50
+    assert ran[-len(GENERIC_FUNCTIONS) - definers : -definers] == [
         f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in GENERIC_FUNCTIONS
     ]
+    assert (
+        db.value(
+            "SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = 'aidb_memory'::regnamespace "
+            "AND prosecdef AND 'jit=off' = ANY (proconfig)"
+        )
+        == definers
+    )
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 
