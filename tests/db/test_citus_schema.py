@@ -314,7 +314,8 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     ]
     assert (
         db.value(
-            "SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = 'aidb_memory'::regnamespace "
+            "SELECT count(*) FROM pg_catalog.pg_proc "
+            "WHERE pronamespace = 'aidb_memory'::regnamespace "
             "AND prosecdef AND 'jit=off' = ANY (proconfig)"
         )
         == definers
