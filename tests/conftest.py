@@ -98,6 +98,22 @@ def queue_extraction(db: SqlDatabase, ns: str, text: str, actor: str = "alice") 
     )
 
 
+def pending_events(db: SqlDatabase, ns: str, n: int, actors: int = 10) -> None:
+    """A new namespace ``ns`` with a backlog of ``n`` accepted extraction events of ``actors``
+    actors, written directly (no add, no turns): what metrics() and status count."""
+    db.sql("SELECT aidb_memory.init(%s, '{}')", (ns,))
+    db.sql(
+        """
+        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status)
+        SELECT aidb_memory.actor_key(n.name, 'a' || (i %% %(actors)s)), n.id,
+               'a' || (i %% %(actors)s), 1, 'accepted'
+        FROM pg_catalog.generate_series(1, %(n)s) AS i, aidb_memory.namespace AS n
+        WHERE n.name = %(ns)s
+        """,
+        {"ns": ns, "n": n, "actors": actors},
+    )
+
+
 def run_cli(
     *args: str, dsn: str | None = None, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,15 @@ from test_upgrade_releases import LAST_RELEASE_BEFORE_ISSUE_23, _git, _install_r
 from aidb_memory.install import citus
 from aidb_memory.ops.worker import key_ranges
 from aidb_memory.throwaway import ThrowawayServer
-from conftest import ADMIN_USER, APP_USER, WORKER_USER, Database, SqlDatabase, run_cli
+from conftest import (
+    ADMIN_USER,
+    APP_USER,
+    WORKER_USER,
+    Database,
+    SqlDatabase,
+    pending_events,
+    run_cli,
+)
 from deployments import CitusCluster, citus_available, citus_cluster
 from fake_openai import FakeOpenAI, Reply, serve
 
@@ -737,16 +745,7 @@ def test_metrics_and_the_events_of_a_batch_through_the_coordinator(
 def test_metrics_past_5000_pending_events_through_the_coordinator(node: Node) -> None:
     """metrics()' bounded read of a large queue (the oldest 5,000 pending events, then a sample
     of ids past them) runs on the distributed events and estimates their number."""
-    node.sql("SELECT aidb_memory.init('backlogged', '{}')")
-    node.sql(
-        """
-        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status)
-        SELECT aidb_memory.actor_key('backlogged', 'b' || (i % 40)), n.id, 'b' || (i % 40), 1,
-               'accepted'
-        FROM pg_catalog.generate_series(1, 8000) AS i, aidb_memory.namespace AS n
-        WHERE n.name = 'backlogged'
-        """
-    )
+    pending_events(node, "backlogged", 8000, actors=40)
     try:
         pending = node.value(
             "SELECT count(*) FROM aidb_memory.event WHERE status IN ('accepted', 'processing')"

@@ -24,7 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aidb_memory import __version__
 from aidb_memory.ops import worker
-from conftest import WORKER_USER, Database, chat_namespace, queue_extraction, run_cli
+from conftest import (
+    WORKER_USER,
+    Database,
+    chat_namespace,
+    pending_events,
+    queue_extraction,
+    run_cli,
+)
 from fake_openai import FakeOpenAI, Reply, Request, serve
 
 NS = "mem"
@@ -366,16 +373,7 @@ def test_status_prints_the_queue_per_kind(db: Database, ns: None) -> None:
 
 def test_status_marks_the_depths_of_a_backlog_as_estimates(db: Database) -> None:
     """Past the oldest 5,000 pending events metrics() estimates the depth: status says so."""
-    db.sql("SELECT aidb_memory.init('backlog', '{}')")
-    db.sql(
-        """
-        INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, turn_count, status)
-        SELECT aidb_memory.actor_key('backlog', 'a' || (i % 10)), n.id, 'a' || (i % 10), 1,
-               'accepted'
-        FROM pg_catalog.generate_series(1, 6000) AS i, aidb_memory.namespace AS n
-        WHERE n.name = 'backlog'
-        """
-    )
+    pending_events(db, "backlog", 6000)
     result = run_cli("status", dsn=db.dsn())
     assert result.returncode == 0, result.stderr
     assert re.search(
