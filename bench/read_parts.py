@@ -87,7 +87,7 @@ def _cut(src: str, start: str, end: str) -> tuple[str, str]:
 
 def variants(src: str, plan: dict[str, Any]) -> dict[str, str]:
     """session_get's installed definition with its read statement, or its plan, cut out."""
-    start = "        IF plan.summary_room >= 0 THEN\n        RETURN QUERY\n"
+    start = "        IF plan.summary_room >= 0 AND plan.by_items THEN\n        RETURN QUERY\n"
     before, after = _cut(src, start, "        ;\n        END IF;")
     empty = "        RETURN QUERY SELECT '[]'::jsonb, 0::bigint, 0, '{}'::text[];"
     plan_only = before + empty + after
