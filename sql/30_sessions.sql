@@ -296,10 +296,11 @@ DROP FUNCTION IF EXISTS aidb_memory.session_history(
     text, text, text, integer, text, integer, integer, text);
 
 -- session_get and session_messages each run the same read statement (the plan, the window, the
--- summaries), at most twice. It is written once, in session_get, in parts (read_head,
--- read_summaries or read_no_summaries, read_tail); session_messages holds the lines @read_head@
--- ... where install puts them (codebundle.expand_fragments: each plans it for itself, and
--- session_messages's plan leaves out the columns it does not use).
+-- summaries), at most twice. It is written once, in session_get, in parts (read_head, read_items
+-- or read_rounds, read_range, read_end, read_summaries or read_no_summaries, read_tail), put
+-- together four ways; session_messages holds the lines @read_head@ ... where install puts them
+-- (codebundle.expand_fragments: each plans it for itself, and session_messages's plan leaves out
+-- the columns it does not use).
 CREATE OR REPLACE FUNCTION aidb_memory.session_get(
     namespace text,
     actor_id text,
