@@ -477,7 +477,16 @@ def search(
     nearest: tuple[list[int], list[float], list[Any]] = ([], [], [])
     if vector is not None and model_name is not None:
         nearest = vectors.candidates(
-            ns, actor, key, vector, model_name, sid, agent, max(CANDIDATES, n + skip), condition
+            ns,
+            actor,
+            key,
+            vector,
+            model_name,
+            sid,
+            agent,
+            max(CANDIDATES, n + skip),
+            condition,
+            page=n + skip,
         )
     if not terms.lexemes and not nearest[0]:
         return []

@@ -43,15 +43,18 @@ MIN_COSINE = 0.0
 EXACT_MAX = 5000
 # What the HNSW scan runs with (set for its statement only): iterative scans continue until the
 # actor's rows fill the limit (hnsw.iterative_scan, pgvector 0.8), visiting at most MAX_SCAN
-# index tuples, EF_SEARCH candidates per step. It asks for at most HNSW_CANDIDATES rows: the scan
-# visits about (rows asked) / (the actor's share of the index) tuples, so its time grows with
-# them. A memory the vector signal leaves out is still ranked by its words (its cosine counts 0 in
-# the score): at 40, four times a page of 10, what search returns first is found by meaning on
-# bench (j)'s data (m = 32, ef_construction = 128) as an exact scan finds it (recall@10 1.0), in
-# 9.5 ms mean and 12.4 ms p95 of search, where 100 candidates at ef_search 100 took 15.5 / 18.8.
+# index tuples, EF_SEARCH candidates per step. It asks for the rows of the page searched (limit
+# plus offset), at least HNSW_CANDIDATES and at most HNSW_MAX_CANDIDATES: the scan visits about
+# (rows asked) / (the actor's share of the index) tuples, so its time grows with them (bench (j),
+# 100,000 of 1,000,000 memories: the HNSW statement 4.1 ms for 10 rows, 8.0 for 20, 13.5 for 40,
+# whatever ef_search from 20 to 60). A memory the vector signal leaves out is still ranked by its
+# words (its cosine counts 0 in the score). At 20, twice a page of 10, what search returns first
+# is found by meaning on (j)'s data (m = 32, ef_construction = 128) as an exact scan finds it
+# (recall@10 1.0; at 10, 0.97 with one query at 0.2).
 HNSW_EF_SEARCH = 40
 HNSW_MAX_SCAN = 100_000
-HNSW_CANDIDATES = 40
+HNSW_CANDIDATES = 20
+HNSW_MAX_CANDIDATES = 100
 # pgvector's vector holds up to 16,000 dimensions; an HNSW index of vector up to 2,000.
 MAX_DIMENSIONS = 16_000
 # Query vectors this backend computed, by model and text: the same text is embedded once.
@@ -383,11 +386,13 @@ def candidates(
     agent_id: str | None,
     limit: int,
     condition: Any = None,
+    page: int = HNSW_CANDIDATES,
 ) -> tuple[list[int], list[float], list[Any]]:
     """The actor's current memories most similar to ``vector`` (ids, cosines, creation times),
     best first, at most ``limit``, each more similar than MIN_COSINE; only memories embedded
     with ``model`` in the vector's dimension are compared; with ``condition`` (a compiled
-    filter, filtering.Compiled), only those it selects."""
+    filter, filtering.Compiled), only those it selects. ``page``: how many the search returns
+    and skips; from the HNSW index, as many are asked for (within its bounds, above)."""
     kind, schema = storage()
     extra = () if condition is None else condition.params
     if kind != "pgvector" or schema is None:
@@ -400,7 +405,7 @@ def candidates(
     )[0]
     params = (ns.id, actor, vector, model, session_id, agent_id, dims, limit, key)
     if int(size["n"]) > EXACT_MAX and size["indexed"]:
-        asked = min(limit, HNSW_CANDIDATES)
+        asked = min(limit, max(HNSW_CANDIDATES, min(page, HNSW_MAX_CANDIDATES)))
         rows = _hnsw(schema, dims, (*params[:7], asked, key), condition)
         # Too few from the index (filters that leave few of the actor's rows, or more of other
         # actors' rows than the scan may visit): the exact scan answers.

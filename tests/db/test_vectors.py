@@ -245,6 +245,36 @@ def test_a_selective_filter_still_returns_k_memories_by_meaning(
         assert _index_scans(vector_db, f"memory_embedding_{DIMS}_idx", more_than=before) > before
 
 
+def test_a_page_past_the_first_is_still_found_by_meaning(
+    vector_db: Database, fake: FakeOpenAI
+) -> None:
+    """The HNSW scan asks for as many memories as the page searched (limit plus offset, up to
+    vectors.HNSW_MAX_CANDIDATES), not a fixed few: the fifth page of ten of a query whose words no
+    memory has is the fifth ten by meaning (before, 40 candidates: an empty page)."""
+    _setup(vector_db, fake)
+    _many(vector_db, 5100)
+    if _storage(vector_db) != "real[]":
+        _reinstall(vector_db)  # the HNSW index of the dimension
+    # The memories search compares: without pgvector, the newest 1,000 (vectors.VECTOR_WINDOW).
+    window = 1000 if _storage(vector_db) == "real[]" else 5100
+    nearest = [
+        r[0]
+        for r in vector_db.sql(
+            "SELECT m.public_id::text FROM (SELECT * FROM aidb_memory.memory "
+            "ORDER BY created_at DESC LIMIT %s) AS m "
+            "ORDER BY (m.embedding::real[])[1] / sqrt((SELECT sum(x * x) "
+            "FROM unnest(m.embedding::real[]) AS x)) DESC LIMIT 100",
+            (window,),
+        )
+    ]
+    first = _ids(vector_db, "which animal companion", query_embedding=_axis(0))
+    fifth = _ids(vector_db, "which animal companion", query_embedding=_axis(0), offset=40)
+    assert len(first) == 10 and len(fifth) == 10, (first, fifth)
+    assert not set(first) & set(fifth)
+    # Approximate (HNSW), so within the nearest 100 rather than exactly the 41st to 50th.
+    assert set(fifth) <= set(nearest), fifth
+
+
 def _index_scans(db: Database, index: str, more_than: int | None = None) -> int:
     """The index's scans as the statistics say, waiting (up to 10 s) for more than
     ``more_than`` (a backend reports its counts when it ends)."""
