@@ -72,10 +72,12 @@ def prepare(
     subprocess.run([sys.executable, "-c", INSTALL, dsn], check=True, env=env, cwd=tree)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(INIT, (NS,))
-    for sid in ("a", "a-ref", "small", "big"):
+    for sid in ("a", "a-ref", "small", "big", "summarized"):
         conn.execute("SELECT * FROM aidb_memory.session_start(%s, %s, NULL, %s)", (NS, ACTOR, sid))
     for seq in range(1, 1000, 2):
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
+        conn.execute(ADD, (NS, ACTOR, exchange(seq), "summarized"), prepare=True)
+    conn.execute(_SUMMARIES)
     for statement in _VEC_SETUP:
         conn.execute(statement)
     if big_turns:
@@ -146,6 +148,7 @@ OPS = {
     "add_ref": "(a) the plain-SQL reference of add, on this version's tables",
     "get": "(b) session_get 8,000 chars",
     "big": "(c) session_get 8,000 chars of --big-turns",
+    "summarized": "session_get 8,000 chars, its older turns summarized (as (g)'s reads)",
     "messages": "(d) session_messages 20 turns",
     "responses": "(d2) responses 20 items",
     "remember": "remember (a new memory)",
@@ -159,6 +162,24 @@ OPS = {
 _REF_PARAMS = {"ns": NS, "actor": ACTOR, "key": KEY, "turns": A_TURNS}
 REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
 _remembered = itertools.count()
+
+
+# The session "summarized": (b)'s turns, the first 990 covered by 11 summaries of 300 chars, as
+# compaction would leave them (whole rounds, the bounds of the turns they cover): a read of
+# 8,000 chars returns the last 10 turns and the newest summaries that fit beside them, the state
+# of (g)'s sessions, whose compaction the worker does ahead of the reads.
+_SUMMARIES = f"""
+INSERT INTO aidb_memory.summary
+    (actor_key, session_ref, from_seq, to_seq, turn_count, content, chars, model, from_offset,
+     to_offset)
+SELECT s.actor_key, s.id, a.seq, b.seq, b.seq - a.seq + 1, repeat('s', 300), 300, 'compare',
+       a.char_offset, b.char_offset + b.chars
+FROM aidb_memory.session s, generate_series(0, 10) AS g,
+     aidb_memory.turn a, aidb_memory.turn b
+WHERE s.session_id = 'summarized' AND s.actor_key = {KEY}
+  AND a.actor_key = s.actor_key AND a.session_ref = s.id AND a.seq = g * 90 + 1
+  AND b.actor_key = s.actor_key AND b.session_ref = s.id AND b.seq = g * 90 + 90
+"""
 
 
 # search's memories: an actor of a namespace with an embedding model (never called: the vector
@@ -222,6 +243,8 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
         elif op == "big":
             conn.execute(GET, (NS, ACTOR, "big", 8000), prepare=True).fetchall()
+        elif op == "summarized":
+            conn.execute(GET, (NS, ACTOR, "summarized", 8000), prepare=True).fetchall()
         elif op in ("search", "search_vec"):
             i = next(_asked) % len(_QUESTIONS)
             if op == "search":
