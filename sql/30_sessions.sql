@@ -350,7 +350,7 @@ BEGIN
         -- The plan (session_read_plan, in a statement of its own: Citus routes the read
         -- statement to the actor's shard by its key, a parameter, and the plan cannot run there)
         -- bounds the scan by the budget (an index range on (session_ref, char_offset, seq)); the
-        -- window keeps the newest whole rounds: a cut is allowed before a turn whose seq equals
+        -- read keeps the newest whole rounds: a cut is allowed before a turn whose seq equals
         -- the smallest round_start at or after it. With limit_items (plan.by_items) a cut is
         -- allowed before a turn unless a tool result at or after it belongs to a round that
         -- starts before it: the newest items, never a tool result without its call. Pinned

@@ -386,7 +386,8 @@ def candidates(
     agent_id: str | None,
     limit: int,
     condition: Any = None,
-    page: int = HNSW_CANDIDATES,
+    *,
+    page: int,
 ) -> tuple[list[int], list[float], list[Any]]:
     """The actor's current memories most similar to ``vector`` (ids, cosines, creation times),
     best first, at most ``limit``, each more similar than MIN_COSINE; only memories embedded
