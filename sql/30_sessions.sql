@@ -485,19 +485,18 @@ BEGIN
         -- BEGIN read_rounds
                 -- Rounds are contiguous (round_start never decreases with seq): a cut is
                 -- allowed before a turn that starts one, and the read keeps the turns from the
-                -- first such cut in the bounds, found by one probe of the index (a subquery
-                -- the planner runs once and makes a bound of the scan: no window, ~4% of (b)'s
-                -- time; bench/README.md). Ordered as the index is (and (char_offset, seq) is in
-                -- seq order), so that the scan reads the index in order rather than through a
-                -- bitmap. Kept whole, a read's rounds are never split.
+                -- first such cut in the bounds, found by one probe of the index over the same
+                -- bounds (read_range, its own t: a subquery the planner runs once and makes a
+                -- bound of the scan: no window, ~4% of (b)'s time; bench/README.md). Ordered as
+                -- the index is (and (char_offset, seq) is in seq order), so that the scan reads
+                -- the index in order rather than through a bitmap. Kept whole, a read's rounds
+                -- are never split.
                 SELECT t.seq, t.role, t.content, t.kind, t.meta, t.created_at, t.tool_calls,
                        t.tool_call_id, t.name, t.chars, t.round_start, t.item, t.item_format,
-                       (SELECT c.seq FROM aidb_memory.turn AS c
-                        WHERE c.actor_key = plan.actor_key AND c.session_ref = plan.session_ref
-                          AND (c.char_offset, c.seq) >= (plan.lo_offset, plan.lo_seq)
-                          AND (c.char_offset, c.seq) < (plan.hi_offset, plan.hi_seq)
-                          AND c.seq = greatest(c.round_start, plan.pin_seq + 1)
-                        ORDER BY c.char_offset, c.seq LIMIT 1) AS cut,
+                       (SELECT t.seq
+        @read_range@
+                          AND t.seq = greatest(t.round_start, plan.pin_seq + 1)
+                        ORDER BY t.char_offset, t.seq LIMIT 1) AS cut,
                        false AS split
         -- END read_rounds
         @read_range@

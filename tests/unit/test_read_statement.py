@@ -49,8 +49,10 @@ def test_session_get_and_session_messages_run_it_after_their_own_plan() -> None:
     for function in ("session_get", "session_messages"):
         body = _body(text, function)
         # Four times: with the summaries' subquery and without it when none has room, each
-        # with limit_items' window and with the rounds' cut (an index probe, no window).
-        assert body.count(WINDOW) == 4
+        # with limit_items' window and with the rounds' cut (an index probe, no window), which
+        # reads the same bounds (read_range) once more.
+        assert body.count(WINDOW) == 4 + 2
+        assert body.count("ORDER BY t.char_offset, t.seq LIMIT 1) AS cut,\n") == 2
         assert body.count("FROM aidb_memory.summary AS s\n") == 2
         assert body.count("OVER (ORDER BY t.char_offset DESC, t.seq DESC) AS floor") == 2
         assert body.count("ORDER BY t.char_offset, t.seq\n") == 2
