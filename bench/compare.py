@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import INIT, KEY, NS  # noqa: E402  (bench/ is not a package)
-from sessions import A_TURNS, ADD, ADD_REF, GET, build_big, exchange  # noqa: E402
+from sessions import A_TURNS, ADD, ADD_REF, GET, GET_REF, build_big, exchange  # noqa: E402
 
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 
@@ -62,7 +62,7 @@ with psycopg.connect(sys.argv[1]) as conn:
 
 
 def prepare(
-    dsn: str, tree: Path, big_turns: int, as_app: bool, granted: bool
+    dsn: str, tree: Path, big_turns: int, as_app: bool, granted: bool, ops: list[str]
 ) -> psycopg.Connection[Any]:
     """Install ``tree`` into ``dsn``'s database and build the 1,000-turn session of (b), and
     (``big_turns``) the generated session of (c). ``as_app``: the calls are made as an
@@ -77,9 +77,12 @@ def prepare(
     for seq in range(1, 1000, 2):
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "small"), prepare=True)
         conn.execute(ADD, (NS, ACTOR, exchange(seq), "summarized"), prepare=True)
-    conn.execute(_SUMMARIES)
-    for statement in _VEC_SETUP:
-        conn.execute(statement)
+    # Only for the calls that use them: an older version's tables may not have their columns.
+    if "summarized" in ops:
+        conn.execute(_SUMMARIES)
+    if {"search", "search_vec"} & set(ops):
+        for statement in _VEC_SETUP:
+            conn.execute(statement)
     if big_turns:
         build_big(conn, big_turns)  # ends with VACUUM ANALYZE, as make bench's does
     else:
@@ -147,6 +150,8 @@ OPS = {
     "add": "(a) add",
     "add_ref": "(a) the plain-SQL reference of add, on this version's tables",
     "get": "(b) session_get 8,000 chars",
+    "get_ref": "(b) the plain-SQL reference of session_get, generic plans (as make bench's)",
+    "get_ref_auto": "(b) the same reference under plan_cache_mode auto (PostgreSQL's default)",
     "big": "(c) session_get 8,000 chars of --big-turns",
     "summarized": "session_get 8,000 chars, its older turns summarized (as (g)'s reads)",
     "messages": "(d) session_messages 20 turns",
@@ -160,6 +165,10 @@ OPS = {
 # add_ref: make bench's reference of (a), which writes our tables: what a change of the tables
 # (an index, a trigger, a constraint) costs any writer, whatever add itself does.
 _REF_PARAMS = {"ns": NS, "actor": ACTOR, "key": KEY, "turns": A_TURNS}
+# get_ref: make bench's reference of (b), planned as it plans it (force_generic_plan, as
+# session_get's read is) and, get_ref_auto, as a prepared statement is by default: once the
+# tables are analyzed, its custom plans (each call planned) are what plain SQL gets.
+_REF_PLANS = {"get_ref": "force_generic_plan", "get_ref_auto": "auto"}
 REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
 _remembered = itertools.count()
 
@@ -233,6 +242,8 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
     """µs of each of ``n`` calls of ``op``."""
     clock = time.perf_counter_ns
     out = []
+    if op in _REF_PLANS:
+        conn.execute(f"SET plan_cache_mode = {_REF_PLANS[op]}")
     for _ in range(n):
         t0 = clock()
         if op == "add":
@@ -241,6 +252,9 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
             conn.execute(ADD_REF, {**_REF_PARAMS, "sid": "a-ref"}, prepare=True).fetchall()
         elif op == "get":
             conn.execute(GET, (NS, ACTOR, "small", 8000), prepare=True).fetchall()
+        elif op in _REF_PLANS:
+            params = {**_REF_PARAMS, "sid": "small", "budget": 8000}
+            conn.execute(GET_REF, params, prepare=True).fetchall()
         elif op == "big":
             conn.execute(GET, (NS, ACTOR, "big", 8000), prepare=True).fetchall()
         elif op == "summarized":
@@ -260,6 +274,8 @@ def burst(conn: psycopg.Connection[Any], op: str, n: int) -> list[float]:
             sql = MESSAGES if op == "messages" else RESPONSES
             conn.execute(sql, (NS, ACTOR, "small", 20), prepare=True).fetchall()
         out.append((clock() - t0) / 1000)
+    if op in _REF_PLANS:
+        conn.execute("RESET plan_cache_mode")
     return out
 
 
@@ -354,8 +370,8 @@ def main() -> int:
     if set(args.granted) - {label for label, _ in trees}:
         parser.error("--granted: expected the LABEL of a version")
     ops = args.ops.split(",")
-    if args.granted and "add_ref" in ops:
-        parser.error("--granted: add_ref writes the tables, which an application's role cannot")
+    for ref in {"add_ref", *_REF_PLANS} & set(ops) if args.granted else ():
+        parser.error(f"--granted: {ref} uses the tables, which an application's role cannot")
     if not ops or any(op not in OPS for op in ops):
         parser.error(f"--ops: expected some of {', '.join(OPS)}")
     if "big" in ops and not args.big_turns:
@@ -373,7 +389,9 @@ def main() -> int:
             print(f"compare: installing {label} ({tree})", flush=True)
             granted = label in args.granted
             dsns[label] = server.dsn(f"compare_{i}")
-            conns[label] = prepare(dsns[label], tree, args.big_turns, bool(args.granted), granted)
+            conns[label] = prepare(
+                dsns[label], tree, args.big_turns, bool(args.granted), granted, ops
+            )
         print(
             f"compare: rounds of {args.burst} calls of each of {', '.join(ops)} per version, "
             + (f"{args.rounds} rounds" if args.rounds else f"for {args.seconds:.0f} s"),
