@@ -212,17 +212,13 @@ def run_all(args: argparse.Namespace) -> int:
                 # hold their table and HNSW index (~4 GB), as pgvector is deployed; at the first
                 # server's 128 MB a search reads half its ~10,000 buffers from the OS's cache
                 # (bench/README.md). Their database is built while (g) runs: (g) waits on its fake
-                # model and its pace ~99% of its ~4 minutes, while the build (~13 minutes, most of
-                # the run) needs no quiet machine; (j) itself is measured last, alone. The build
-                # runs at the lowest CPU priority: at the same priority, on 2 cores, its workers
-                # held (g)'s reads off the CPU for milliseconds at a time (read p95 ~1.4 ms
-                # before the two ran side by side, ~5 ms beside it; bench/README.md), so (g),
-                # (o) and (p) would measure the build's contention rather than their reads.
+                # model and its pace ~99% of its ~4 minutes, and compares its reads with reads made
+                # side by side, while the build (~15 minutes, most of the run) needs no quiet
+                # machine; (j) itself is measured last, alone.
                 say(f"bench: (j) starting a server with shared_buffers = {vectors.SHARED_BUFFERS}")
                 vector_server = later.enter_context(
                     ThrowawayServer(postgres_args=f"-c shared_buffers={vectors.SHARED_BUFFERS}")
                 )
-                vector_server.renice(19)
                 with ThreadPoolExecutor(1) as pool:
                     building = pool.submit(vectors.build, vector_server.dsn, say)
                     chat = chat_ahead.run(dsn, say, args.g_exchanges, args.g_pace)
@@ -231,11 +227,6 @@ def run_all(args: argparse.Namespace) -> int:
                     watched = observability.run(server.dsn, say, args.quick)
                     say("bench: (g), (o), (p) done; waiting for (j)'s database")
                     built = building.result()
-                if not vector_server.renice(0):
-                    say(
-                        "bench: (j) measured at the build's low CPU priority "
-                        "(restoring it needs root)"
-                    )
         say("bench: server stopped and removed")
         vector_rows = built if "skipped" in built else vectors.measure(built, say)
     say("bench: server stopped and removed")

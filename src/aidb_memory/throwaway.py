@@ -109,28 +109,6 @@ class ThrowawayServer:
         """A libpq connection string for one database of this server."""
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
 
-    def renice(self, niceness: int) -> bool:
-        """Set the scheduling niceness of the server's processes: the postmaster (so every
-        process it starts from now on) and those it runs now. False when the system refuses
-        (lowering a niceness needs root)."""
-        postmaster = self._pg.server_pid
-        pids = [postmaster]
-        for stat in glob.glob("/proc/[0-9]*/stat"):
-            try:
-                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # a process that ended while we looked
-            if int(fields[1]) == postmaster:
-                pids.append(int(Path(stat).parent.name))
-        for pid in pids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, pid, niceness)
-            except PermissionError:
-                return False
-            except ProcessLookupError:
-                continue  # a backend that ended
-        return True
-
     def restart(self) -> None:
         """Stop the server (fast shutdown: sessions are ended) and start it again, same port
         and data: what a client sees across a server restart."""
