@@ -1,0 +1,184 @@
+"""What a call costs through a Citus coordinator, delegated to the actor's worker, on that worker
+itself, and on one server (issue 37's measurements before its design; bench/README.md, "Through
+a Citus coordinator").
+
+    .venv/bin/python bench/citus_delegation.py
+
+Starts a Citus cluster (a coordinator and two workers, tests/deployments.py, with the citus
+extension ../shared/citus/build.sh installs) and a single server, installs aidb_memory into each
+(``install --citus`` on the cluster), writes one session of 100 turns and times ``add`` and
+``session_get(limit_chars => 2000)``:
+
+- through the coordinator, as today (each statement planned there and sent to the worker);
+- delegated: ``add_at`` and ``session_get_at``, thin functions that take the actor's key first
+  and call ``add`` and ``session_get``, distributed with ``create_distributed_function(...,
+  'actor_key', colocate_with := 'aidb_memory.session')``, called through PL/pgSQL wrappers with
+  the API's arguments that compute the key into a variable (``SET
+  citus.function_opens_transaction_block = off``, so that the nested call is delegated too, and
+  custom plans, so that the key is a constant in it: Citus delegates a call only then);
+- on the worker that holds the actor's shards, connected to it directly (what a delegated call
+  runs there);
+- on a single server.
+
+For each: the commands Citus sends to other nodes for one call (``citus.log_remote_commands``)
+and the median and p90 µs of 300 calls. The thin functions are created here only: nothing of
+this is installed by ``install --citus``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
+from deployments import citus_available, citus_cluster  # noqa: E402  (the suite's cluster)
+
+NS, ACTOR, SID, DB = "delegation", "alice", "s1", "delegation"
+CALLS = 300
+TURNS = json.dumps(
+    [{"role": "user", "content": "hello " * 20}, {"role": "assistant", "content": "hi " * 40}]
+)
+KEY = (
+    "('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8), 'hex'))"
+    "::bit(64)::bigint"
+)
+# The thin delegated functions and the wrappers that call them (SECURITY DEFINER, as the API's).
+DELEGATED = [
+    """
+CREATE FUNCTION aidb_memory.session_get_at(actor_key bigint, namespace text, actor_id text,
+                                           session_id text, limit_chars integer)
+RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM aidb_memory.session_get($2, $3, $4, $5);
+END $$""",
+    """
+CREATE FUNCTION aidb_memory.add_at(actor_key bigint, namespace text, actor_id text, turns jsonb,
+                                   session_id text)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN aidb_memory.add($2, $3, $4, $5);
+END $$""",
+    "SELECT create_distributed_function('aidb_memory.session_get_at(bigint,text,text,text,"
+    "integer)', 'actor_key', colocate_with := 'aidb_memory.session')",
+    "SELECT create_distributed_function('aidb_memory.add_at(bigint,text,text,jsonb,text)', "
+    "'actor_key', colocate_with := 'aidb_memory.session')",
+    f"""
+CREATE FUNCTION public.session_get_delegated(namespace text, actor_id text, session_id text,
+                                             limit_chars integer)
+RETURNS TABLE (items jsonb, overflow_chars bigint, compacted_entries integer, warnings text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    _key bigint := {KEY};
+BEGIN
+    RETURN QUERY SELECT * FROM aidb_memory.session_get_at(_key, $1, $2, $3, $4);
+END $$""",
+    f"""
+CREATE FUNCTION public.add_delegated(namespace text, actor_id text, turns jsonb, session_id text)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    _key bigint := {KEY};
+    _id uuid;
+BEGIN
+    SELECT a INTO _id FROM aidb_memory.add_at(_key, $1, $2, $3, $4) AS a;
+    RETURN _id;
+END $$""",
+]
+GET = "SELECT * FROM {fn}(%s, %s, %s, 2000)"
+ADD = "SELECT {fn}(%s, %s, %s::jsonb, %s)"
+
+
+def install(dsn: str, citus: bool) -> None:
+    args = [sys.executable, "-m", "aidb_memory", "install", "--dsn", dsn]
+    done = subprocess.run(args + (["--citus"] if citus else []), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(done.stdout + done.stderr)
+
+
+def fill(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')", (NS,))
+        for _ in range(50):
+            conn.execute("SELECT aidb_memory.add(%s, %s, %s::jsonb, %s)", (NS, ACTOR, TURNS, SID))
+
+
+def remote_commands(dsn: str, sql: str, params: tuple[Any, ...]) -> list[str]:
+    seen: list[str] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql, params).fetchall()  # the first call: plans, caches
+        conn.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+        conn.execute("SET citus.log_remote_commands = on")
+        conn.execute(sql, params).fetchall()
+    return [s for s in seen if s.startswith("issuing ")]
+
+
+def timed(dsn: str, sql: str, params: tuple[Any, ...]) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(30):
+            conn.execute(sql, params, prepare=True).fetchall()
+        us = []
+        for _ in range(CALLS):
+            t0 = time.perf_counter()
+            conn.execute(sql, params, prepare=True).fetchall()
+            us.append((time.perf_counter() - t0) * 1e6)
+    us.sort()
+    return f"median {statistics.median(us):6.0f} µs, p90 {us[int(0.9 * CALLS)]:6.0f}"
+
+
+def main() -> None:
+    with ThrowawayServer() as single, citus_cluster() as cluster:
+        if not citus_available(single):
+            raise SystemExit("the citus extension is not installed (../shared/citus/build.sh)")
+        with psycopg.connect(single.dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DB}")
+        cluster.create_database(DB)
+        coordinator = cluster.dsn(DB)
+        install(single.dsn(DB), citus=False)
+        install(coordinator, citus=True)
+        fill(single.dsn(DB))
+        fill(coordinator)
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            for statement in DELEGATED:
+                conn.execute(statement)
+            row = conn.execute(
+                "SELECT p.nodeport FROM pg_catalog.pg_dist_shard_placement AS p "
+                "WHERE p.shardid = pg_catalog.get_shard_id_for_distribution_column("
+                "'aidb_memory.session', aidb_memory.actor_key(%s, %s))",
+                (NS, ACTOR),
+            ).fetchone()
+        assert row is not None
+        worker = next(w for w in cluster.workers if w.port == row[0]).dsn(DB)
+        rows = [
+            ("through the coordinator", coordinator, "aidb_memory.{}"),
+            ("delegated to the worker", coordinator, "public.{}_delegated"),
+            ("on the actor's worker", worker, "aidb_memory.{}"),
+            ("on one server", single.dsn(DB), "aidb_memory.{}"),
+        ]
+        for call, sql, params in (
+            ("session_get", GET, (NS, ACTOR, SID)),
+            ("add", ADD, (NS, ACTOR, TURNS, SID)),
+        ):
+            print(f"{call}:")
+            for label, dsn, fn in rows:
+                text = sql.format(fn=fn.format(call))
+                sent = remote_commands(dsn, text, params) if dsn != single.dsn(DB) else []
+                print(f"  {label:24s} {timed(dsn, text, params)}, {len(sent)} remote commands")
+                for command in sent:
+                    print(f"      {command[:110]}")
+
+
+if __name__ == "__main__":
+    main()
