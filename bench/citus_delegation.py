@@ -20,9 +20,12 @@ extension ../shared/citus/build.sh installs) and a single server, installs aidb_
   runs there);
 - on a single server.
 
+And ``add_routed``: ``add``'s writes of a plain exchange as three statements Citus routes whole to
+the actor's shard (without ``add``'s validation), delegated, on the worker and on one server.
+
 For each: the commands Citus sends to other nodes for one call (``citus.log_remote_commands``)
-and the median and p90 µs of 300 calls. The thin functions are created here only: nothing of
-this is installed by ``install --citus``.
+and the median and p90 µs of 300 calls. These functions are created here only: nothing of this
+is installed by ``install --citus``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,60 @@ BEGIN
     RETURN _id;
 END $$""",
 ]
+# add's writes of a plain batch as three statements Citus routes whole to the actor's shard (the
+# key a parameter of each; no INSERT ... SELECT from a CTE's rows): what a Citus path of add could
+# run, without add's validation. Made a distributed function on its key too.
+ROUTED = [
+    """
+CREATE FUNCTION public.add_routed(actor_key bigint, namespace text, actor_id text, turns jsonb,
+                                  session_id text)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    _ns bigint;
+    _s record;
+    _e record;
+    _c1 text := turns->0->>'content';
+    _c2 text := turns->1->>'content';
+BEGIN
+    SELECT n.id INTO _ns FROM aidb_memory.namespace AS n WHERE n.name = $2;
+    UPDATE aidb_memory.session AS x
+    SET next_seq = x.next_seq + 2, total_chars = x.total_chars + length(_c1) + length(_c2),
+        updated_at = now(), tail_round_start = x.next_seq + 1
+    WHERE x.actor_key = $1 AND x.namespace_id = _ns AND x.actor_id = $3 AND x.session_id = $5
+    RETURNING x.id, x.next_seq - 2 AS first_seq,
+              x.total_chars - length(_c1) - length(_c2) AS first_offset
+    INTO _s;
+    INSERT INTO aidb_memory.event (actor_key, namespace_id, actor_id, session_id, turn_count,
+                                   status)
+    VALUES ($1, _ns, $3, $5, 2, 'skipped')
+    RETURNING id, public_id INTO _e;
+    INSERT INTO aidb_memory.turn (actor_key, session_ref, seq, round_start, char_offset, chars,
+                                  role, content, kind, event_ref)
+    VALUES ($1, _s.id, _s.first_seq, _s.first_seq, _s.first_offset, length(_c1), 'user', _c1,
+            'user_prompt', _e.id),
+           ($1, _s.id, _s.first_seq + 1, _s.first_seq + 1, _s.first_offset + length(_c1),
+            length(_c2), 'assistant', _c2, 'model_response', _e.id);
+    RETURN _e.public_id;
+END $$""",
+    f"""
+CREATE FUNCTION public.add_routed_delegated(namespace text, actor_id text, turns jsonb,
+                                            session_id text)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    _key bigint := {KEY};
+    _id uuid;
+BEGIN
+    SELECT a INTO _id FROM public.add_routed(_key, $1, $2, $3, $4) AS a;
+    RETURN _id;
+END $$""",
+]
+DISTRIBUTE_ROUTED = (
+    "SELECT create_distributed_function('public.add_routed(bigint,text,text,jsonb,text)', "
+    "'actor_key', colocate_with := 'aidb_memory.session')"
+)
 GET = "SELECT * FROM {fn}(%s, %s, %s, 2000)"
 ADD = "SELECT {fn}(%s, %s, %s::jsonb, %s)"
 
@@ -150,9 +207,12 @@ def main() -> None:
         install(coordinator, citus=True)
         fill(single.dsn(DB))
         fill(coordinator)
+        with psycopg.connect(single.dsn(DB), autocommit=True) as conn:
+            conn.execute(ROUTED[0])
         with psycopg.connect(coordinator, autocommit=True) as conn:
-            for statement in DELEGATED:
+            for statement in [*DELEGATED, *ROUTED, DISTRIBUTE_ROUTED]:
                 conn.execute(statement)
+            key = conn.execute("SELECT aidb_memory.actor_key(%s, %s)", (NS, ACTOR)).fetchone()
             row = conn.execute(
                 "SELECT p.nodeport FROM pg_catalog.pg_dist_shard_placement AS p "
                 "WHERE p.shardid = pg_catalog.get_shard_id_for_distribution_column("
@@ -178,6 +238,21 @@ def main() -> None:
                 print(f"  {label:24s} {timed(dsn, text, params)}, {len(sent)} remote commands")
                 for command in sent:
                     print(f"      {command[:110]}")
+        assert key is not None
+        routed = "SELECT public.add_routed(%s, %s, %s, %s::jsonb, %s)"
+        print("add as three single-shard statements (no validation):")
+        for label, dsn, sql, params in (
+            (
+                "delegated to the worker",
+                coordinator,
+                ADD.format(fn="public.add_routed_delegated"),
+                (NS, ACTOR, TURNS, SID),
+            ),
+            ("on the actor's worker", worker, routed, (key[0], NS, ACTOR, TURNS, SID)),
+            ("on one server", single.dsn(DB), routed, (key[0], NS, ACTOR, TURNS, SID)),
+        ):
+            sent = remote_commands(dsn, sql, params) if dsn != single.dsn(DB) else []
+            print(f"  {label:24s} {timed(dsn, sql, params)}, {len(sent)} remote commands")
 
 
 if __name__ == "__main__":
