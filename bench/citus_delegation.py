@@ -54,6 +54,25 @@ KEY = (
     "('x' || encode(substr(sha256(convert_to($1 || ':' || $2, 'UTF8')), 1, 8), 'hex'))"
     "::bit(64)::bigint"
 )
+
+
+def _add_wrapper(name: str, target: str) -> str:
+    """``public.<name>`` with add's arguments: the key computed into a variable and ``target``
+    (a distributed function on it) called with it, so that Citus delegates the call."""
+    return f"""
+CREATE FUNCTION public.{name}(namespace text, actor_id text, turns jsonb, session_id text)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    _key bigint := {KEY};
+    _id uuid;
+BEGIN
+    SELECT a INTO _id FROM {target}(_key, $1, $2, $3, $4) AS a;
+    RETURN _id;
+END $$"""
+
+
 # The thin delegated functions and the wrappers that call them (SECURITY DEFINER, as the API's).
 DELEGATED = [
     """
@@ -87,18 +106,7 @@ DECLARE
 BEGIN
     RETURN QUERY SELECT * FROM aidb_memory.session_get_at(_key, $1, $2, $3, $4);
 END $$""",
-    f"""
-CREATE FUNCTION public.add_delegated(namespace text, actor_id text, turns jsonb, session_id text)
-RETURNS uuid
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
-DECLARE
-    _key bigint := {KEY};
-    _id uuid;
-BEGIN
-    SELECT a INTO _id FROM aidb_memory.add_at(_key, $1, $2, $3, $4) AS a;
-    RETURN _id;
-END $$""",
+    _add_wrapper("add_delegated", "aidb_memory.add_at"),
 ]
 # add's writes of a plain batch as three statements Citus routes whole to the actor's shard (the
 # key a parameter of each; no INSERT ... SELECT from a CTE's rows): what a Citus path of add could
@@ -136,19 +144,7 @@ BEGIN
             length(_c2), 'assistant', _c2, 'model_response', _e.id);
     RETURN _e.public_id;
 END $$""",
-    f"""
-CREATE FUNCTION public.add_routed_delegated(namespace text, actor_id text, turns jsonb,
-                                            session_id text)
-RETURNS uuid
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET citus.function_opens_transaction_block = off SET plan_cache_mode = force_custom_plan AS $$
-DECLARE
-    _key bigint := {KEY};
-    _id uuid;
-BEGIN
-    SELECT a INTO _id FROM public.add_routed(_key, $1, $2, $3, $4) AS a;
-    RETURN _id;
-END $$""",
+    _add_wrapper("add_routed_delegated", "public.add_routed"),
 ]
 DISTRIBUTE_ROUTED = (
     "SELECT create_distributed_function('public.add_routed(bigint,text,text,jsonb,text)', "
