@@ -198,57 +198,59 @@ def main() -> None:
         with psycopg.connect(single.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DB}")
         cluster.create_database(DB)
-        coordinator = cluster.dsn(DB)
-        install(single.dsn(DB), citus=False)
+        coordinator, one = cluster.dsn(DB), single.dsn(DB)
+        install(one, citus=False)
         install(coordinator, citus=True)
-        fill(single.dsn(DB))
+        fill(one)
         fill(coordinator)
-        with psycopg.connect(single.dsn(DB), autocommit=True) as conn:
+        with psycopg.connect(one, autocommit=True) as conn:
             conn.execute(ROUTED[0])
         with psycopg.connect(coordinator, autocommit=True) as conn:
             for statement in [*DELEGATED, *ROUTED, DISTRIBUTE_ROUTED]:
                 conn.execute(statement)
-            key = conn.execute("SELECT aidb_memory.actor_key(%s, %s)", (NS, ACTOR)).fetchone()
             row = conn.execute(
-                "SELECT p.nodeport FROM pg_catalog.pg_dist_shard_placement AS p "
-                "WHERE p.shardid = pg_catalog.get_shard_id_for_distribution_column("
-                "'aidb_memory.session', aidb_memory.actor_key(%s, %s))",
+                "SELECT k.key, p.nodeport FROM (SELECT aidb_memory.actor_key(%s, %s) AS key) AS k "
+                "JOIN pg_catalog.pg_dist_shard_placement AS p "
+                "ON p.shardid = pg_catalog.get_shard_id_for_distribution_column("
+                "'aidb_memory.session', k.key)",
                 (NS, ACTOR),
             ).fetchone()
         assert row is not None
-        worker = next(w for w in cluster.workers if w.port == row[0]).dsn(DB)
-        rows = [
-            ("through the coordinator", coordinator, "aidb_memory.{}"),
-            ("delegated to the worker", coordinator, "public.{}_delegated"),
-            ("on the actor's worker", worker, "aidb_memory.{}"),
-            ("on one server", single.dsn(DB), "aidb_memory.{}"),
-        ]
-        for call, sql, params in (
-            ("session_get", GET, (NS, ACTOR, SID)),
-            ("add", ADD, (NS, ACTOR, TURNS, SID)),
-        ):
+        key, port = row
+        worker = next(w for w in cluster.workers if w.port == port).dsn(DB)
+        get, add = (NS, ACTOR, SID), (NS, ACTOR, TURNS, SID)
+        get_sql, add_sql = (
+            GET.format(fn="aidb_memory.session_get"),
+            ADD.format(fn="aidb_memory.add"),
+        )
+        routed = "SELECT public.add_routed(%s, %s, %s, %s::jsonb, %s)"
+        delegated = "delegated to the worker"
+        measured = {
+            "session_get": [
+                ("through the coordinator", coordinator, get_sql, get),
+                (delegated, coordinator, GET.format(fn="public.session_get_delegated"), get),
+                ("on the actor's worker", worker, get_sql, get),
+                ("on one server", one, get_sql, get),
+            ],
+            "add": [
+                ("through the coordinator", coordinator, add_sql, add),
+                (delegated, coordinator, ADD.format(fn="public.add_delegated"), add),
+                ("on the actor's worker", worker, add_sql, add),
+                ("on one server", one, add_sql, add),
+            ],
+            "add as three single-shard statements (no validation)": [
+                (delegated, coordinator, ADD.format(fn="public.add_routed_delegated"), add),
+                ("on the actor's worker", worker, routed, (key, *add)),
+                ("on one server", one, routed, (key, *add)),
+            ],
+        }
+        for call, ways in measured.items():
             print(f"{call}:")
-            for label, dsn, fn in rows:
-                text = sql.format(fn=fn.format(call))
-                sent = remote_commands(dsn, text, params) if dsn != single.dsn(DB) else []
-                print(f"  {label:24s} {timed(dsn, text, params)}, {len(sent)} remote commands")
+            for label, dsn, sql, params in ways:
+                sent = remote_commands(dsn, sql, params) if dsn != one else []
+                print(f"  {label:24s} {timed(dsn, sql, params)}, {len(sent)} remote commands")
                 for command in sent:
                     print(f"      {command[:110]}")
-        assert key is not None
-        routed = "SELECT public.add_routed(%s, %s, %s, %s::jsonb, %s)"
-        print("add as three single-shard statements (no validation):")
-        for label, dsn, sql, params in (
-            (
-                "delegated to the worker",
-                coordinator,
-                ADD.format(fn="public.add_routed_delegated"),
-                (NS, ACTOR, TURNS, SID),
-            ),
-            ("on the actor's worker", worker, routed, (key[0], NS, ACTOR, TURNS, SID)),
-            ("on one server", single.dsn(DB), routed, (key[0], NS, ACTOR, TURNS, SID)),
-        ):
-            sent = remote_commands(dsn, sql, params) if dsn != single.dsn(DB) else []
-            print(f"  {label:24s} {timed(dsn, sql, params)}, {len(sent)} remote commands")
 
 
 if __name__ == "__main__":

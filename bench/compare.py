@@ -166,8 +166,10 @@ OPS = {
 # (an index, a trigger, a constraint) costs any writer, whatever add itself does.
 _REF_PARAMS = {"ns": NS, "actor": ACTOR, "key": KEY, "turns": A_TURNS}
 # get_ref: make bench's reference of (b), planned as it plans it (force_generic_plan, as
-# session_get's read is) and, get_ref_auto, as a prepared statement is by default: once the
-# tables are analyzed, its custom plans (each call planned) are what plain SQL gets.
+# session_get's read is) and, get_ref_auto, as a prepared statement is by default: the planner
+# then chooses between generic and custom plans by the tables' statistics (in make bench it
+# switched to custom plans, each call planned, once autovacuum analyzed turn; in this set-up it
+# kept generic ones: bench/README.md).
 _REF_PLANS = {"get_ref": "force_generic_plan", "get_ref_auto": "auto"}
 REMEMBER = "SELECT aidb_memory.remember(%s, 'rita', %s)::text"
 _remembered = itertools.count()
