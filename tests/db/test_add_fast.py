@@ -5,6 +5,10 @@ call is left to the Python code, with nothing written.
 aidb_memory.add_fast is called directly here (as its owner), beside aidb_memory.add_py, the
 PL/Python body, on twin sessions: the same batches must leave the same rows. The wrapper of add
 calls add_fast first and add_py when it returned NULL (tests/unit/test_codebundle.py).
+
+Each test that writes runs both ways the fast path writes: its one statement, and the statements
+routed to one shard that it runs with aidb_memory.shard_routed on (as install --citus sets it;
+tests/db/test_citus_cluster.py counts what they send on a real cluster).
 """
 
 from __future__ import annotations
@@ -78,8 +82,18 @@ def _written(db: Database, ns: str, session: str) -> tuple[Any, ...]:
     return (db.sql(TURNS, (ns, session)), db.sql(SESSION, (ns, session)))
 
 
+@pytest.fixture(params=["one statement", "routed statements"])
+def writes(request: pytest.FixtureRequest, db: Database) -> Database:
+    """``db``, whose connections take the fast path's one statement or, with
+    aidb_memory.shard_routed on, its statements routed to one shard."""
+    if request.param == "routed statements":
+        db.sql(f"ALTER DATABASE {db.name} SET aidb_memory.shard_routed = on")
+    return db
+
+
 @pytest.fixture
-def namespaces(db: Database) -> Database:
+def namespaces(writes: Database) -> Database:
+    db = writes
     db.sql("SELECT aidb_memory.init(%s)", (NS,))
     db.sql("SELECT aidb_memory.init(%s, '{}', '{\"extraction\": false}')", (SKIPPING,))
     return db
@@ -126,9 +140,12 @@ def test_the_wrapper_takes_the_fast_path_and_answers_with_its_event(namespaces: 
     )
 
 
-def test_both_paths_queue_the_same_compaction_task_past_the_ahead_threshold(db: Database) -> None:
+def test_both_paths_queue_the_same_compaction_task_past_the_ahead_threshold(
+    writes: Database,
+) -> None:
     """A session whose total passes its ahead threshold (compaction_ahead) gets one compaction
     task from either path: the fast path's insert and adding._QUEUE_COMPACTION write the same."""
+    db = writes
     opts = {"model": "m", "base_url": "http://127.0.0.1:9/v1"}
     db.sql("SELECT aidb_memory.create_model('chat', 'openai', %s::jsonb)", (json.dumps(opts),))
     db.sql('SELECT aidb_memory.init(%s, \'{"llm": "chat"}\')', (NS,))
@@ -274,7 +291,8 @@ def test_max_add_chars_is_the_json_texts_length_however_it_is_escaped(
         db.sql(ADD, (NS, "alice", batch, "s", None, None))
 
 
-def test_a_namespace_that_does_not_exist_is_the_python_codes_error(db: Database) -> None:
+def test_a_namespace_that_does_not_exist_is_the_python_codes_error(writes: Database) -> None:
+    db = writes
     with db.connect(APP_USER) as conn, pytest.raises(psycopg.errors.UndefinedObject) as info:
         conn.execute(ADD, ("nowhere", "alice", json.dumps(PLAIN), "s", None, None))
     assert info.value.diag.message_primary == 'aidb_memory.add: namespace "nowhere" does not exist'

@@ -278,6 +278,11 @@ GENERIC_FUNCTIONS = [
     "aidb_memory.session_get(text,text,text,integer,text,integer,integer)",
     "aidb_memory.session_messages(text,text,text,integer,text,integer,integer,text)",
 ]
+# The functions with add's writes routed to one shard, which install --citus makes run them.
+ROUTED_FUNCTIONS = [
+    "aidb_memory.add(text,text,jsonb,text,text,text,jsonb)",
+    "aidb_memory.add_fast(text,text,jsonb,text,text,text,jsonb)",
+]
 
 
 def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
@@ -295,22 +300,31 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert ran[: len(citus.SETTINGS)] == citus.SETTINGS
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
-    # Then the functions pinned to generic plans plan each call, and every SECURITY DEFINER
-    # function runs without JIT.
+    # Then the functions pinned to generic plans plan each call, every SECURITY DEFINER
+    # function runs without JIT, and add writes by statements routed to one shard.
     definers = db.value(
         "SELECT count(*) FROM pg_catalog.pg_proc "
         "WHERE pronamespace = 'aidb_memory'::regnamespace AND prosecdef"
     )
     custom = [f"citus: {f} plans each call ({citus.CUSTOM_PLANS})" for f in GENERIC_FUNCTIONS]
-    assert said[-2 - len(custom) :] == [
+    routed = [
+        f"citus: {f} writes by statements on one shard ({citus.SHARD_ROUTED})"
+        for f in ROUTED_FUNCTIONS
+    ]
+    assert said[-2 - len(custom) - len(routed) :] == [
         f"citus: {len(before)} foreign keys added again (Citus checked each)",
         *custom,
         f"citus: {definers} functions run without JIT ({citus.NO_JIT})",
+        *routed,
     ]
     no_jit = [r for r in ran if r.endswith(f" SET {citus.NO_JIT}")]
     assert len(no_jit) == definers > 50
-    assert ran[-len(GENERIC_FUNCTIONS) - definers : -definers] == [
+    tail = len(ROUTED_FUNCTIONS) + definers
+    assert ran[-len(GENERIC_FUNCTIONS) - tail : -tail] == [
         f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in GENERIC_FUNCTIONS
+    ]
+    assert ran[-len(ROUTED_FUNCTIONS) :] == [
+        f"ALTER FUNCTION {f} SET {citus.SHARD_ROUTED}" for f in ROUTED_FUNCTIONS
     ]
     assert (
         db.value(
@@ -320,6 +334,10 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
         )
         == definers
     )
+    assert db.sql(
+        "SELECT oid::regprocedure::text FROM pg_catalog.pg_proc "
+        "WHERE 'aidb_memory.shard_routed=on' = ANY (proconfig) ORDER BY 1"
+    ) == [(f,) for f in ROUTED_FUNCTIONS]
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 

@@ -539,15 +539,36 @@ ORDER BY 1
 NO_JIT = "jit = off"
 
 
+# add writes a plain batch in one statement, a WITH of an UPDATE feeding INSERT ... SELECTs: on
+# Citus a plan in steps whose rows go to every worker as intermediate results, committed in two
+# phases (20 remote commands). Its block has the same writes as statements Citus sends whole to
+# the actor's shard, which it runs when aidb_memory.shard_routed is on (sql/31_add_fast.sql): on
+# Citus the functions whose code reads that setting run with it on (bench/README.md, issue 37).
+_ROUTED_FUNCTIONS = """
+SELECT p.oid::pg_catalog.regprocedure::text
+FROM pg_catalog.pg_proc p
+WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s)::oid
+  AND p.prosecdef
+  AND pg_catalog.strpos(p.prosrc, 'aidb_memory.shard_routed') OPERATOR(pg_catalog.>) 0
+  AND NOT 'aidb_memory.shard_routed=on' OPERATOR(pg_catalog.=)
+      ANY (COALESCE(p.proconfig, '{}'::text[]))
+ORDER BY 1
+"""
+SHARD_ROUTED = "aidb_memory.shard_routed = on"
+
+
 def generic_plans(conn: Connection) -> list[str]:
     """The statements that make the functions pinned to generic plans plan each call instead,
-    and every SECURITY DEFINER function run without JIT (none when the install made none, or
-    after they ran)."""
+    every SECURITY DEFINER function run without JIT, and the functions with statements routed
+    to one shard run them (none when the install made none, or after they ran)."""
     rows = conn.execute(_GENERIC_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
     jit = conn.execute(_JIT_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
-    return [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows] + [
-        f"ALTER FUNCTION {r[0]} SET {NO_JIT}" for r in jit
-    ]
+    routed = conn.execute(_ROUTED_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
+    return (
+        [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows]
+        + [f"ALTER FUNCTION {r[0]} SET {NO_JIT}" for r in jit]
+        + [f"ALTER FUNCTION {r[0]} SET {SHARD_ROUTED}" for r in routed]
+    )
 
 
 def plan(cat: Catalog, done: dict[str, tuple[str, str | None]]) -> Plan:
@@ -667,15 +688,22 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
 def _custom_plans(conn: Connection, statements: list[str], say: Callable[[str], None]) -> None:
     """Run :func:`generic_plans`' statements (the install, run again, pins them again)."""
     without_jit = 0
+    routed = []
     for line in statements:
         conn.execute(line.encode())
         if line.endswith(f" SET {NO_JIT}"):
             without_jit += 1
             continue
+        if line.endswith(f" SET {SHARD_ROUTED}"):
+            function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {SHARD_ROUTED}")
+            routed.append(f"citus: {function} writes by statements on one shard ({SHARD_ROUTED})")
+            continue
         function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {CUSTOM_PLANS}")
         say(f"citus: {function} plans each call ({CUSTOM_PLANS})")
     if without_jit:
         say(f"citus: {without_jit} functions run without JIT ({NO_JIT})")
+    for line in routed:
+        say(line)
 
 
 def record(conn: Connection) -> None:
