@@ -11,8 +11,9 @@ This file is the runner: the CLI, the servers, the order of the rows and the JSO
 row family is a module of its own: sessions.py (a) to (d2), first_calls.py (f), chat_ahead.py
 (g), concurrency.py (h), search.py (e) on memories.py's data, worst_search.py (e2),
 search_quality.py (i), memory_items.py (l), (m), (n), vectors.py (j) and (k), observability.py
-(o) and (p); measuring.py times paths side by side, report.py prints the full run's table and
-makes its JSON, common.py holds what they all share.
+(o) and (p), citus_latency.py (q) and (r) on servers of their own; measuring.py times paths
+side by side, report.py prints the full run's table and makes its JSON, common.py holds what
+they all share.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import chat_ahead  # row (g), bench/chat_ahead.py
+import citus_latency  # rows (q), (r), bench/citus_latency.py
 import concurrency  # row (h), bench/concurrency.py
 import first_calls  # row (f), bench/first_calls.py
 import memory_items  # rows (l), (m), (n), bench/memory_items.py
@@ -85,6 +87,7 @@ def main() -> int:
             "h",
             "j",
             "monitoring",
+            "citus",
         ),
         default="all",
         help="e: only (e), search against plain full text, then (i) on its memories; i: only "
@@ -94,7 +97,8 @@ def main() -> int:
         "compaction ahead of reads; h: only (h), concurrent chat turns; j: only (j) and (k), "
         "vector search with pgvector over 100,000 of 1,000,000 memories; items: only (l), "
         "(m), (n), filters, get_memory and keyed remember, on (e)'s memories; monitoring: only "
-        "(o) and (p), metrics() at 1,000,000 events and the worker's throughput when scraped",
+        "(o) and (p), metrics() at 1,000,000 events and the worker's throughput when scraped; "
+        "citus: only (q) and (r), the hot calls through a Citus coordinator against one server",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -141,6 +145,8 @@ def main() -> int:
         return main_items(args)
     if args.only == "monitoring":
         return main_monitoring(args)
+    if args.only == "citus":
+        return main_citus(args)
     return run_all(args)
 
 
@@ -230,6 +236,8 @@ def run_all(args: argparse.Namespace) -> int:
         say("bench: server stopped and removed")
         vector_rows = built if "skipped" in built else vectors.measure(built, say)
     say("bench: server stopped and removed")
+    # (q) and (r) last, alone on the machine: a cluster's three servers share its cores.
+    on_citus = citus_latency.run(say, args.quick)
 
     load_after = os.getloadavg()
     result = report(
@@ -251,6 +259,8 @@ def run_all(args: argparse.Namespace) -> int:
     observability.report(watched)
     print()
     vectors.report(vector_rows)
+    print()
+    citus_latency.report(on_citus)
     result["aidb_memory"] = installed
     result["worst_search"] = worst
     result["search_quality"] = quality
@@ -260,6 +270,7 @@ def run_all(args: argparse.Namespace) -> int:
     result["chat_ahead"] = chat
     result["monitoring"] = watched
     result["vectors"] = vector_rows
+    result["citus"] = on_citus
     elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
     result["elapsed_s"] = round(elapsed)
     say(f"bench: the whole run took {elapsed / 60:.1f} min")
@@ -340,6 +351,17 @@ def main_monitoring(args: argparse.Namespace) -> int:
         lambda server: {"monitoring": observability.run(server.dsn, say, args.quick)},
         lambda r: observability.report(r["monitoring"]),
     )
+
+
+def main_citus(args: argparse.Namespace) -> int:
+    """``--only citus``: (q) and (r) alone, on servers of their own."""
+    signal.signal(signal.SIGTERM, _terminate)
+    started = dt.datetime.now(dt.UTC)
+    found = {"citus": citus_latency.run(say, args.quick)}
+    print()
+    citus_latency.report(found["citus"])
+    _write_alone(args, "citus", started, found)
+    return 0
 
 
 def main_worst_search(args: argparse.Namespace) -> int:
@@ -423,13 +445,20 @@ def run_on_server(
     say("bench: server stopped and removed")
     print()
     show(found)
+    _write_alone(args, name, started, found)
+    return 0
+
+
+def _write_alone(
+    args: argparse.Namespace, name: str, started: dt.datetime, found: dict[str, Any]
+) -> None:
+    """Rows run alone, written to ``<UTC start time>-<name>.json`` (unless ``--no-save``)."""
     if not args.no_save:
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{name}.json"
         result = {"started_at": started.isoformat(timespec="seconds"), "git": git_describe()}
         path.write_text(json.dumps({**result, **found}, indent=2) + "\n")
         say(f"bench: wrote {path}")
-    return 0
 
 
 def main_g(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -733,6 +734,28 @@ def test_the_remote_commands_of_a_hot_call_do_not_grow(
     assert len(remote) <= REMOTE_COMMANDS_AT_MOST[name], (
         f"{name}: {len(remote)} remote commands\n" + "\n".join(remote)
     )
+
+
+def test_the_latency_bench_measures_each_hot_call_on_both_sides(node: Node, db: Database) -> None:
+    """bench/citus_latency.py's row (q) (issue 37) on this cluster and the suite's server: each
+    hot call timed on both, and what it sent to the workers counted. Its figures are make
+    bench's to judge (no timing is asserted here); this keeps the script measuring the cluster."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        import citus_latency
+    finally:
+        sys.path.pop(0)
+    for dsn in (node.dsn(), db.dsn()):
+        citus_latency.prepare(dsn, ["bench-alice"])
+    found = citus_latency.latency(node.dsn(), db.dsn(), "bench-alice", calls=5)
+    assert list(found) == list(citus_latency.HOT)
+    for name, row in found.items():
+        assert row["citus"]["median_us"] > 0 and row["one_server"]["median_us"] > 0, name
+        assert row["median_ratio"] > 0 and row["p90_ratio"] > 0, name
+        # Each went through Citus to a worker (the ones tests count are bounded above).
+        assert row["remote_commands"] >= 1, name
+        if name in REMOTE_COMMANDS_AT_MOST:
+            assert row["remote_commands"] <= REMOTE_COMMANDS_AT_MOST[name], name
 
 
 def test_metrics_and_the_events_of_a_batch_through_the_coordinator(
