@@ -32,18 +32,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
+from citus_latency import install  # (it puts tests/ on the path, for deployments)
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
-from deployments import citus_available, citus_cluster  # noqa: E402  (the suite's cluster)
+from aidb_memory.throwaway import ThrowawayServer
+from deployments import citus_available, citus_cluster  # the suite's cluster
 
 NS, ACTOR, SID, DB = "delegation", "alice", "s1", "delegation"
 CALLS = 300
@@ -152,13 +148,6 @@ DISTRIBUTE_ROUTED = (
 )
 GET = "SELECT * FROM {fn}(%s, %s, %s, 2000)"
 ADD = "SELECT {fn}(%s, %s, %s::jsonb, %s)"
-
-
-def install(dsn: str, citus: bool) -> None:
-    args = [sys.executable, "-m", "aidb_memory", "install", "--dsn", dsn]
-    done = subprocess.run(args + (["--citus"] if citus else []), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(done.stdout + done.stderr)
 
 
 def fill(dsn: str) -> None:

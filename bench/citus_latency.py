@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from concurrency import process_cpu_s
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "tests") not in sys.path:
@@ -134,17 +135,15 @@ def latency(coordinator: str, single: str, actor: str, calls: int = CALLS) -> di
     return found
 
 
-def _cpu_s(pids: list[int]) -> float:
-    """utime + stime of these processes, in seconds (those that ended count for nothing)."""
-    tick = 100.0  # SC_CLK_TCK on Linux
-    total = 0
+def _cpu_by_process(pids: list[int]) -> dict[int, float]:
+    """CPU seconds of each of these processes still running."""
+    found = {}
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            found[pid] = process_cpu_s(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
+    return found
 
 
 def throughput(dsn: str, actors: list[str], seconds: float = SECONDS) -> dict[str, Any]:
@@ -169,14 +168,17 @@ def throughput(dsn: str, actors: list[str], seconds: float = SECONDS) -> dict[st
                 counts[k] += 2
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(len(actors))]
-        cpu0, t0 = _cpu_s(pids), time.perf_counter()
+        cpu0, t0 = _cpu_by_process(pids), time.perf_counter()
         for t in threads:
             t.start()
         time.sleep(seconds)
         stop.set()
         for t in threads:
             t.join()
-        wall, cpu = time.perf_counter() - t0, _cpu_s(pids) - cpu0
+        wall, cpu1 = time.perf_counter() - t0, _cpu_by_process(pids)
+        # A process that ended during the run (an autovacuum worker) is left out, not
+        # counted negative.
+        cpu = sum(cpu1[pid] - cpu0[pid] for pid in cpu0.keys() & cpu1.keys())
     finally:
         for conn in conns:
             conn.close()

@@ -110,14 +110,16 @@ class Side:
     states: Counter[str] = field(default_factory=Counter)
 
 
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of one process, in seconds (OSError once it has ended)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def backend_cpu_s(pids: list[int]) -> float:
     """utime + stime of these processes (the server's backends), in seconds."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 class Row:

@@ -270,4 +270,6 @@ END
 $$;
 COMMENT ON FUNCTION aidb_memory.add_fast(text, text, jsonb, text, text, text, jsonb) IS
 'Internal: aidb_memory.add of plain chat messages to an open session in one statement, without '
-'Python; NULL (nothing written) for any other call, which the PL/Python body then takes.';
+'Python (with aidb_memory.shard_routed on, as install --citus sets it: in statements Citus routes '
+'to the actor''s shard); NULL (nothing written) for any other call, which the PL/Python body then '
+'takes.';
