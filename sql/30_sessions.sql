@@ -334,6 +334,20 @@ DECLARE
     detail text;
     hint text;
 BEGIN
+    -- BEGIN citus_read_snapshot
+    -- On Citus, install --citus runs this function with citus.select_opens_transaction_block
+    -- off: its reads reach the actor's worker without the transaction block (BEGIN, SAVEPOINT,
+    -- RELEASE, COMMIT: three more round trips) that its error handler's subtransaction would
+    -- otherwise open, each statement in a snapshot of its own, as under READ COMMITTED. A
+    -- REPEATABLE READ or SERIALIZABLE caller keeps the transaction's snapshot on the worker: for
+    -- it, the block again (SET LOCAL, undone when the function returns: the SET clause).
+    -- (Two IFs: on one server, where the setting is NULL, one call of current_setting.)
+    IF current_setting('citus.select_opens_transaction_block', true) = 'off' THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            PERFORM set_config('citus.select_opens_transaction_block', 'on', true);
+        END IF;
+    END IF;
+    -- END citus_read_snapshot
     -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
     -- (sql/12_argument_caps.sql).
     IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536
@@ -614,6 +628,7 @@ DECLARE
     detail text;
     hint text;
 BEGIN
+    @citus_read_snapshot@
     -- An argument over 64 kB is measured before session_read_plan's PL/Python would copy it
     -- (sql/12_argument_caps.sql).
     IF pg_catalog.pg_column_size(namespace) > 65536 OR pg_catalog.pg_column_size(actor_id) > 65536

@@ -283,6 +283,13 @@ ROUTED_FUNCTIONS = [
     "aidb_memory.add(text,text,jsonb,text,text,text,jsonb)",
     "aidb_memory.add_fast(text,text,jsonb,text,text,text,jsonb)",
 ]
+# The reads that install --citus makes run without a transaction block on the worker.
+OWN_SNAPSHOT_FUNCTIONS = [
+    "aidb_memory.search(text,text,text,integer,text,text,double precision[],jsonb,integer)",
+    "aidb_memory.search_fast(text,text,text,integer,text,text,double precision[],jsonb,integer)",
+    "aidb_memory.session_get(text,text,text,integer,text,integer,integer)",
+    "aidb_memory.session_messages(text,text,text,integer,text,integer,integer,text)",
+]
 
 
 def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
@@ -301,7 +308,8 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     assert len([r for r in ran if "DROP CONSTRAINT" in r]) == len(before)
     assert said[0] == "citus: reference table aidb_memory.namespace"
     # Then the functions pinned to generic plans plan each call, every SECURITY DEFINER
-    # function runs without JIT, and add writes by statements routed to one shard.
+    # function runs without JIT, add writes by statements routed to one shard, and the reads
+    # run without a transaction block on the worker.
     definers = db.value(
         "SELECT count(*) FROM pg_catalog.pg_proc "
         "WHERE pronamespace = 'aidb_memory'::regnamespace AND prosecdef"
@@ -310,6 +318,9 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     routed = [
         f"citus: {f} writes by statements on one shard ({citus.SHARD_ROUTED})"
         for f in ROUTED_FUNCTIONS
+    ] + [
+        f"citus: {f} reads without a transaction block on the worker ({citus.OWN_SNAPSHOTS})"
+        for f in OWN_SNAPSHOT_FUNCTIONS
     ]
     assert said[-2 - len(custom) - len(routed) :] == [
         f"citus: {len(before)} foreign keys added again (Citus checked each)",
@@ -319,13 +330,14 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
     ]
     no_jit = [r for r in ran if r.endswith(f" SET {citus.NO_JIT}")]
     assert len(no_jit) == definers > 50
-    tail = len(ROUTED_FUNCTIONS) + definers
+    asked = [f"ALTER FUNCTION {f} SET {citus.SHARD_ROUTED}" for f in ROUTED_FUNCTIONS] + [
+        f"ALTER FUNCTION {f} SET {citus.OWN_SNAPSHOTS}" for f in OWN_SNAPSHOT_FUNCTIONS
+    ]
+    tail = len(asked) + definers
     assert ran[-len(GENERIC_FUNCTIONS) - tail : -tail] == [
         f"ALTER FUNCTION {f} SET {citus.CUSTOM_PLANS}" for f in GENERIC_FUNCTIONS
     ]
-    assert ran[-len(ROUTED_FUNCTIONS) :] == [
-        f"ALTER FUNCTION {f} SET {citus.SHARD_ROUTED}" for f in ROUTED_FUNCTIONS
-    ]
+    assert ran[-len(asked) :] == asked
     assert (
         db.value(
             "SELECT count(*) FROM pg_catalog.pg_proc "
@@ -338,6 +350,10 @@ def test_distribute_runs_the_statements_once(fake_citus: Database) -> None:
         "SELECT oid::regprocedure::text FROM pg_catalog.pg_proc "
         "WHERE 'aidb_memory.shard_routed=on' = ANY (proconfig) ORDER BY 1"
     ) == [(f,) for f in ROUTED_FUNCTIONS]
+    assert db.sql(
+        "SELECT oid::regprocedure::text FROM pg_catalog.pg_proc "
+        "WHERE 'citus.select_opens_transaction_block=off' = ANY (proconfig) ORDER BY 1"
+    ) == [(f,) for f in OWN_SNAPSHOT_FUNCTIONS]
     verify = run_cli("verify", dsn=db.dsn())
     assert verify.returncode == 0, verify.stderr
 

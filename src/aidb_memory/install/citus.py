@@ -544,30 +544,48 @@ NO_JIT = "jit = off"
 # phases (20 remote commands). Its block has the same writes as statements Citus sends whole to
 # the actor's shard, which it runs when aidb_memory.shard_routed is on (sql/31_add_fast.sql): on
 # Citus the functions whose code reads that setting run with it on (bench/README.md, issue 37).
-_ROUTED_FUNCTIONS = """
+SHARD_ROUTED = "aidb_memory.shard_routed = on"
+# A read inside a subtransaction (session_get's error handler, each of PL/Python's statements)
+# makes Citus open a transaction block on the worker: BEGIN with the SAVEPOINT, the reads,
+# RELEASE, COMMIT, three round trips more than the reads (5 remote commands for session_get's 2).
+# The functions whose code reads citus.select_opens_transaction_block (to keep it on for a
+# REPEATABLE READ caller: sql/30_sessions.sql) run with it off.
+OWN_SNAPSHOTS = "citus.select_opens_transaction_block = off"
+# Each setting, and the text in a function's code that asks for it.
+_SETTINGS_ASKED = {
+    SHARD_ROUTED: "aidb_memory.shard_routed",
+    OWN_SNAPSHOTS: "citus.select_opens_transaction_block",
+}
+_ASKING_FUNCTIONS = """
 SELECT p.oid::pg_catalog.regprocedure::text
 FROM pg_catalog.pg_proc p
 WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s)::oid
   AND p.prosecdef
-  AND pg_catalog.strpos(p.prosrc, 'aidb_memory.shard_routed') OPERATOR(pg_catalog.>) 0
-  AND NOT 'aidb_memory.shard_routed=on' OPERATOR(pg_catalog.=)
-      ANY (COALESCE(p.proconfig, '{}'::text[]))
+  AND pg_catalog.strpos(p.prosrc, %(asks)s) OPERATOR(pg_catalog.>) 0
+  AND NOT %(setting)s OPERATOR(pg_catalog.=) ANY (COALESCE(p.proconfig, '{}'::text[]))
 ORDER BY 1
 """
-SHARD_ROUTED = "aidb_memory.shard_routed = on"
 
 
 def generic_plans(conn: Connection) -> list[str]:
     """The statements that make the functions pinned to generic plans plan each call instead,
-    every SECURITY DEFINER function run without JIT, and the functions with statements routed
-    to one shard run them (none when the install made none, or after they ran)."""
+    every SECURITY DEFINER function run without JIT, and the functions whose code asks for a
+    setting of :data:`_SETTINGS_ASKED` run with it (none when the install made none, or after
+    they ran)."""
     rows = conn.execute(_GENERIC_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
     jit = conn.execute(_JIT_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
-    routed = conn.execute(_ROUTED_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
+    asked = [
+        f"ALTER FUNCTION {r[0]} SET {setting}"
+        for setting, asks in _SETTINGS_ASKED.items()
+        for r in conn.execute(
+            _ASKING_FUNCTIONS.encode(),
+            {"schema": SCHEMA, "asks": asks, "setting": setting.replace(" = ", "=")},
+        ).fetchall()
+    ]
     return (
         [f"ALTER FUNCTION {r[0]} SET {CUSTOM_PLANS}" for r in rows]
         + [f"ALTER FUNCTION {r[0]} SET {NO_JIT}" for r in jit]
-        + [f"ALTER FUNCTION {r[0]} SET {SHARD_ROUTED}" for r in routed]
+        + asked
     )
 
 
@@ -697,6 +715,13 @@ def _custom_plans(conn: Connection, statements: list[str], say: Callable[[str], 
         if line.endswith(f" SET {SHARD_ROUTED}"):
             function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {SHARD_ROUTED}")
             routed.append(f"citus: {function} writes by statements on one shard ({SHARD_ROUTED})")
+            continue
+        if line.endswith(f" SET {OWN_SNAPSHOTS}"):
+            function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {OWN_SNAPSHOTS}")
+            routed.append(
+                f"citus: {function} reads without a transaction block on the worker "
+                f"({OWN_SNAPSHOTS})"
+            )
             continue
         function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {CUSTOM_PLANS}")
         say(f"citus: {function} plans each call ({CUSTOM_PLANS})")
