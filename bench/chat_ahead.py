@@ -89,9 +89,10 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def _server_packages(dsn: str, target: Path, say: Callable[[str], None]) -> None:
-    """``aidb-memory deps``: the server's Python needs openai to call the fake model."""
-    say(f"bench: (g) installing the server's Python packages into {target}")
+def server_packages(dsn: str, target: Path, say: Callable[[str], None]) -> Path:
+    """``aidb-memory deps``: the server's Python needs openai to call the fake model; the
+    directory, which deps records in ``dsn``'s database."""
+    say(f"bench: installing the server's Python packages into {target}")
     done = subprocess.run(
         [sys.executable, "-m", "aidb_memory", "deps", "--target", str(target), "--dsn", dsn],
         capture_output=True,
@@ -99,6 +100,7 @@ def _server_packages(dsn: str, target: Path, say: Callable[[str], None]) -> None
     )
     if done.returncode != 0:
         raise RuntimeError(f"aidb-memory deps failed: {done.stderr or done.stdout}")
+    return target
 
 
 class _Worker:
@@ -159,7 +161,7 @@ def run(
     """Row (g): the chat, then its numbers (and whether each meets its target)."""
     with tempfile.TemporaryDirectory(prefix="aidb-memory-bench-pylib-") as tmp:
         Path(tmp).chmod(0o755)  # the server's OS user reads it
-        _server_packages(dsn, Path(tmp) / "site-packages", say)
+        server_packages(dsn, Path(tmp) / "site-packages", say)
         with serve() as fake:
             fake.default = lambda _r: Reply(content=SUMMARY, delay=MODEL_S)
             with psycopg.connect(dsn, autocommit=True) as setup:

@@ -18,6 +18,13 @@ aidb_memory into each (``install --citus`` on the cluster), then:
     of the server or of the coordinator over the run (from /proc), whose ratio to one server's
     is the coordinator's share of the work (target <= 1.5). On these 2-core machines the calls/s
     of a cluster, all of whose nodes share the cores, are noise-bound; the CPU per call is not.
+(s) the worker: EVENTS events (an ``add`` of one user turn each, over CLIENTS actors) drained by
+    ``CALL aidb_memory.process_events(max_events => 100)`` until it finds none, on the single
+    server and through the two-worker coordinator, with verbatim extraction (no model) and with
+    a model (the tests' fake OpenAI-compatible server, answering at once; its calls recorded in
+    model_usage and counted in the metrics, as every model call): events/s, and the CPU per
+    event of the server's or the coordinator's processes (issue 37, item 5: the worker runs
+    through the coordinator; no target).
 
 ``make bench`` runs both rows when the citus extension is installed (bench/run.py), the suite's
 Citus module runs :func:`latency` on its own cluster (tests/db/test_citus_cluster.py), and this
@@ -31,6 +38,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from chat_ahead import server_packages
 from concurrency import process_cpu_s
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +54,7 @@ if str(REPO / "tests") not in sys.path:
     sys.path.insert(0, str(REPO / "tests"))
 from aidb_memory.throwaway import ThrowawayServer  # noqa: E402
 from deployments import citus_available, citus_cluster  # noqa: E402  (the suite's cluster)
+from fake_openai import Reply, serve  # noqa: E402  (the tests' fake model server)
 
 NS, DB = "latency", "latency"
 CALLS = 300  # of each call on each side, for (q)
@@ -53,6 +63,12 @@ CLIENTS = 4  # for (r)
 SECONDS = 10.0  # each side of (r)
 FACTS = 20  # the searched actor's memories
 TARGET_MEDIAN, TARGET_P90, TARGET_CPU = 2.0, 3.0, 1.5
+EVENTS = 200  # drained on each side of (s), in each namespace
+# (s)'s namespaces: extraction without a model (verbatim: the user's turn stored as it is), and
+# with the fake model, which answers every extraction with one fact.
+DRAIN_MODEL = "drain_model"
+DRAIN = {"verbatim": "drain_verbatim", "model": "drain_model"}
+FACT = json.dumps({"operations": [{"op": "add", "text": "The user likes tea.", "target": None}]})
 
 # One actor's hot calls; %(i)s is the call's number (remember writes a new fact each time).
 HOT: dict[str, str] = {
@@ -191,6 +207,56 @@ def throughput(dsn: str, actors: list[str], seconds: float = SECONDS) -> dict[st
     }
 
 
+def prepare_drain(dsn: str, base_url: str, pythonpath: Path) -> None:
+    """(s)'s model and namespaces, and the server's package directory (openai, for the model
+    calls; ``aidb-memory deps`` filled it for the single server)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO aidb_memory.runtime_settings (key, value) "
+            "VALUES ('server_pythonpath', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(pythonpath),),
+        )
+        options = {"model": "fake-chat", "base_url": base_url, "max_retries": 0}
+        conn.execute(
+            "SELECT aidb_memory.create_model(%s, 'openai', %s::jsonb)",
+            (DRAIN_MODEL, json.dumps(options)),
+        )
+        conn.execute("SELECT aidb_memory.init(%s)", (DRAIN["verbatim"],))
+        conn.execute(
+            "SELECT aidb_memory.init(%s, %s::jsonb)",
+            (DRAIN["model"], json.dumps({"llm": DRAIN_MODEL})),
+        )
+
+
+def drain(dsn: str, ns: str, actors: list[str], events: int = EVENTS) -> dict[str, Any]:
+    """(s) on one server or coordinator: ``events`` adds in ``ns``, then process_events until
+    it finds none; events/s and the CPU per event of the server's processes (as :func:`throughput`
+    counts them)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(events):
+            turn = json.dumps([{"role": "user", "content": f"I drink tea, cup number {i}."}])
+            conn.execute(
+                "SELECT aidb_memory.add(%s, %s, %s::jsonb, 'drain')",
+                (ns, actors[i % len(actors)], turn),
+            )
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity").fetchall()]
+        processed = 0
+        cpu0, t0 = _cpu_by_process(pids), time.perf_counter()
+        while True:
+            row = conn.execute("CALL aidb_memory.process_events(max_events => 100)").fetchone()
+            if not row or not row[0]:
+                break
+            processed += row[0]
+        wall, cpu1 = time.perf_counter() - t0, _cpu_by_process(pids)
+        cpu = sum(cpu1[pid] - cpu0[pid] for pid in cpu0.keys() & cpu1.keys())
+    return {
+        "events": processed,
+        "events_per_s": round(processed / wall, 1),
+        "cpu_us_per_event": round(cpu / max(processed, 1) * 1e6),
+    }
+
+
 def _cluster_database(cluster: Any) -> str:
     cluster.create_database(DB)
     dsn: str = cluster.dsn(DB)
@@ -201,7 +267,7 @@ def _cluster_database(cluster: Any) -> str:
 def run(say: Callable[[str], None], quick: bool = False) -> dict[str, Any]:
     """Both rows on servers of their own: a single server, a cluster of two workers, then one of
     one worker. ``{"skipped": why}`` when the citus extension is not installed."""
-    calls, seconds = (60, 3.0) if quick else (CALLS, SECONDS)
+    calls, seconds, events = (60, 3.0, 40) if quick else (CALLS, SECONDS, EVENTS)
     actors = [f"client-{k}" for k in range(CLIENTS)]
     with ThrowawayServer() as single:
         if not citus_available(single):
@@ -212,7 +278,7 @@ def run(say: Callable[[str], None], quick: bool = False) -> dict[str, Any]:
         one = single.dsn(DB)
         install(one, citus=False)
         prepare(one, ["alice", *actors])
-        rows: dict[str, Any] = {"throughput": {}}
+        rows: dict[str, Any] = {"throughput": {}, "worker": {}}
         with citus_cluster(2) as cluster:
             say("bench: (q) hot calls through a Citus coordinator (2 workers) and on one server")
             coordinator = _cluster_database(cluster)
@@ -221,6 +287,7 @@ def run(say: Callable[[str], None], quick: bool = False) -> dict[str, Any]:
             say(f"bench: (r) {CLIENTS} clients of add and session_get, {seconds:g} s a side")
             rows["throughput"]["one_server"] = throughput(one, actors, seconds)
             rows["throughput"]["citus_2_workers"] = throughput(coordinator, actors, seconds)
+            rows["worker"] = _drains(one, coordinator, actors, events, say)
         with citus_cluster(1) as cluster:
             coordinator = _cluster_database(cluster)
             prepare(coordinator, actors)
@@ -230,6 +297,30 @@ def run(say: Callable[[str], None], quick: bool = False) -> dict[str, Any]:
         found = rows["throughput"][side]
         found["cpu_ratio"] = round(found["cpu_us_per_call"] / one_cpu, 2)
     return rows
+
+
+def _drains(
+    one: str, coordinator: str, actors: list[str], events: int, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """(s): each namespace's drain on the single server, then through the coordinator."""
+    found: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="aidb-memory-bench-pylib-") as tmp:
+        Path(tmp).chmod(0o755)  # the servers' OS user reads it
+        pythonpath = server_packages(one, Path(tmp) / "site-packages", say)
+        with serve() as fake:
+            fake.default = lambda _r: Reply(content=FACT)
+            for dsn in (one, coordinator):
+                prepare_drain(dsn, fake.base_url, pythonpath)
+            say(f"bench: (s) the worker drains {events} events a side and namespace")
+            for kind, ns in DRAIN.items():
+                found[kind] = {
+                    "one_server": drain(one, ns, actors, events),
+                    "citus_2_workers": drain(coordinator, ns, actors, events),
+                }
+                o, c = found[kind]["one_server"], found[kind]["citus_2_workers"]
+                found[kind]["cpu_ratio"] = round(c["cpu_us_per_event"] / o["cpu_us_per_event"], 2)
+                found[kind]["rate_ratio"] = round(o["events_per_s"] / c["events_per_s"], 2)
+    return found
 
 
 def report(rows: dict[str, Any]) -> None:
@@ -258,6 +349,16 @@ def report(rows: dict[str, Any]) -> None:
         print(
             f"  {side:16s} {r['calls_per_s']:>6} calls/s, {r['cpu_us_per_call']:>6} µs CPU a "
             f"call{ratio}"
+        )
+    for kind, r in rows.get("worker", {}).items():
+        o, c = r["one_server"], r["citus_2_workers"]
+        if kind == "verbatim":
+            print(f"(s) the worker: {o['events']} events drained by process_events on each side")
+        print(
+            f"  {kind:9s} one server {o['events_per_s']:>7} events/s, {o['cpu_us_per_event']:>6} "
+            f"µs CPU an event; coordinator {c['events_per_s']:>7} events/s "
+            f"({r['rate_ratio']:.2f}x the time), {c['cpu_us_per_event']:>6} µs CPU an event "
+            f"({r['cpu_ratio']:.2f}x)"
         )
 
 

@@ -11,7 +11,7 @@ This file is the runner: the CLI, the servers, the order of the rows and the JSO
 row family is a module of its own: sessions.py (a) to (d2), first_calls.py (f), chat_ahead.py
 (g), concurrency.py (h), search.py (e) on memories.py's data, worst_search.py (e2),
 search_quality.py (i), memory_items.py (l), (m), (n), vectors.py (j) and (k), observability.py
-(o) and (p), citus_latency.py (q) and (r) on servers of their own; measuring.py times paths
+(o) and (p), citus_latency.py (q), (r) and (s) on servers of their own; measuring.py times paths
 side by side, report.py prints the full run's table and makes its JSON, common.py holds what
 they all share.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import chat_ahead  # row (g), bench/chat_ahead.py
-import citus_latency  # rows (q), (r), bench/citus_latency.py
+import citus_latency  # rows (q), (r), (s), bench/citus_latency.py
 import concurrency  # row (h), bench/concurrency.py
 import first_calls  # row (f), bench/first_calls.py
 import memory_items  # rows (l), (m), (n), bench/memory_items.py
@@ -98,7 +98,8 @@ def main() -> int:
         "vector search with pgvector over 100,000 of 1,000,000 memories; items: only (l), "
         "(m), (n), filters, get_memory and keyed remember, on (e)'s memories; monitoring: only "
         "(o) and (p), metrics() at 1,000,000 events and the worker's throughput when scraped; "
-        "citus: only (q) and (r), the hot calls through a Citus coordinator against one server",
+        "citus: only (q), (r) and (s), the hot calls and the worker through a Citus coordinator "
+        "against one server",
     )
     ap.add_argument(
         "--g-exchanges", type=int, default=chat_ahead.EXCHANGES, help="exchanges of (g)"
@@ -236,7 +237,7 @@ def run_all(args: argparse.Namespace) -> int:
         say("bench: server stopped and removed")
         vector_rows = built if "skipped" in built else vectors.measure(built, say)
     say("bench: server stopped and removed")
-    # (q) and (r) last, alone on the machine: a cluster's three servers share its cores.
+    # (q), (r) and (s) last, alone on the machine: a cluster's three servers share its cores.
     on_citus = citus_latency.run(say, args.quick)
 
     load_after = os.getloadavg()
@@ -354,7 +355,7 @@ def main_monitoring(args: argparse.Namespace) -> int:
 
 
 def main_citus(args: argparse.Namespace) -> int:
-    """``--only citus``: (q) and (r) alone, on servers of their own."""
+    """``--only citus``: (q), (r) and (s) alone, on servers of their own."""
     signal.signal(signal.SIGTERM, _terminate)
     started = dt.datetime.now(dt.UTC)
     found = {"citus": citus_latency.run(say, args.quick)}

@@ -818,6 +818,35 @@ def test_the_latency_bench_measures_each_hot_call_on_both_sides(node: Node, db: 
             assert row["remote_commands"] <= REMOTE_COMMANDS_AT_MOST[name], name
 
 
+def test_the_worker_bench_drains_both_namespaces_on_both_sides(
+    node: Node, db: Database, fake: FakeOpenAI, server_pylib: Path
+) -> None:
+    """bench/citus_latency.py's row (s) (issue 37, item 5): the worker's drain of events with
+    and without a model, through the coordinator and on the suite's server; each side processes
+    every event it queued (its figures are make bench's)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        import citus_latency
+    finally:
+        sys.path.pop(0)
+    fake.default = lambda _r: Reply(content=citus_latency.FACT)
+    for dsn in (node.dsn(), db.dsn()):
+        citus_latency.prepare_drain(dsn, fake.base_url, server_pylib)
+        for ns in citus_latency.DRAIN.values():
+            found = citus_latency.drain(dsn, ns, ["drain-a", "drain-b"], events=4)
+            assert found["events"] == 4, (dsn, ns)
+            assert found["events_per_s"] > 0 and found["cpu_us_per_event"] >= 0, (dsn, ns)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            facts = conn.execute(
+                "SELECT count(*) FROM aidb_memory.memory AS m "
+                "JOIN aidb_memory.namespace AS n ON n.id = m.namespace_id "
+                "WHERE n.name = %s",
+                (citus_latency.DRAIN["model"],),
+            ).fetchone()
+        # The model's one fact, once an actor (the events after an actor's first find it).
+        assert facts == (2,), dsn
+
+
 def test_metrics_and_the_events_of_a_batch_through_the_coordinator(
     node: Node, fake: FakeOpenAI
 ) -> None:
