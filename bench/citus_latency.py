@@ -26,9 +26,9 @@ aidb_memory into each (``install --citus`` on the cluster), then:
     event of the server's or the coordinator's processes (issue 37, item 5: the worker runs
     through the coordinator; no target).
 
-``make bench`` runs both rows when the citus extension is installed (bench/run.py), the suite's
-Citus module runs :func:`latency` on its own cluster (tests/db/test_citus_cluster.py), and this
-script alone prints them and writes no JSON.
+``make bench`` runs the rows when the citus extension is installed (bench/run.py), the suite's
+Citus module runs :func:`latency` and :func:`drain` on its own cluster
+(tests/db/test_citus_cluster.py), and this script alone prints them and writes no JSON.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def _cluster_database(cluster: Any) -> str:
 
 
 def run(say: Callable[[str], None], quick: bool = False) -> dict[str, Any]:
-    """Both rows on servers of their own: a single server, a cluster of two workers, then one of
+    """The rows on servers of their own: a single server, a cluster of two workers, then one of
     one worker. ``{"skipped": why}`` when the citus extension is not installed."""
     calls, seconds, events = (60, 3.0, 40) if quick else (CALLS, SECONDS, EVENTS)
     actors = [f"client-{k}" for k in range(CLIENTS)]
@@ -324,7 +324,7 @@ def _drains(
 
 
 def report(rows: dict[str, Any]) -> None:
-    """The two rows as a table."""
+    """The rows as tables."""
     if "skipped" in rows:
         print(f"(q), (r) Citus: skipped ({rows['skipped']})")
         return

@@ -834,8 +834,17 @@ def test_the_worker_bench_drains_both_namespaces_on_both_sides(
         citus_latency.prepare_drain(dsn, fake.base_url, server_pylib)
         for ns in citus_latency.DRAIN.values():
             found = citus_latency.drain(dsn, ns, ["drain-a", "drain-b"], events=4)
-            assert found["events"] == 4, (dsn, ns)
+            # (and whatever else the module's tests left in the queue)
+            assert found["events"] >= 4, (dsn, ns)
             assert found["events_per_s"] > 0 and found["cpu_us_per_event"] >= 0, (dsn, ns)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                statuses = conn.execute(
+                    "SELECT e.status, count(*) FROM aidb_memory.event AS e "
+                    "JOIN aidb_memory.namespace AS n ON n.id = e.namespace_id "
+                    "WHERE n.name = %s GROUP BY 1",
+                    (ns,),
+                ).fetchall()
+            assert statuses == [("processed", 4)], (dsn, ns)
         with psycopg.connect(dsn, autocommit=True) as conn:
             facts = conn.execute(
                 "SELECT count(*) FROM aidb_memory.memory AS m "
