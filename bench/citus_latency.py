@@ -162,17 +162,29 @@ def _cpu_by_process(pids: list[int]) -> dict[int, float]:
     return found
 
 
+def _server_cpu(conn: psycopg.Connection[Any]) -> dict[int, float]:
+    """CPU seconds of each process of ``conn``'s server (pg_stat_activity lists them all:
+    backends, Citus' daemons, PostgreSQL's own)."""
+    return _cpu_by_process([r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity")])
+
+
+def _cpu_since(start: dict[int, float]) -> float:
+    """CPU seconds the processes of ``start`` (:func:`_server_cpu`) spent since. A process that
+    ended meanwhile (an autovacuum worker) is left out, not counted negative."""
+    now = _cpu_by_process(list(start))
+    return sum(now[pid] - start[pid] for pid in start.keys() & now.keys())
+
+
 def throughput(dsn: str, actors: list[str], seconds: float = SECONDS) -> dict[str, Any]:
     """(r) on one server or coordinator: a client per actor, each a loop of add then
     session_get for ``seconds``; calls/s and the CPU per call of every process of the server
-    (pg_stat_activity lists them all: backends, Citus' daemons, PostgreSQL's own)."""
+    (:func:`_server_cpu`)."""
     conns = [psycopg.connect(dsn, autocommit=True) for _ in actors]
     try:
         for conn, actor in zip(conns, actors, strict=True):
             for i in range(10):
                 conn.execute(HOT["add"], _params(actor, i), prepare=True)
                 conn.execute(HOT["session_get"], _params(actor, i), prepare=True).fetchall()
-        pids = [r[0] for r in conns[0].execute("SELECT pid FROM pg_stat_activity").fetchall()]
         counts = [0] * len(actors)
         stop = threading.Event()
 
@@ -184,17 +196,14 @@ def throughput(dsn: str, actors: list[str], seconds: float = SECONDS) -> dict[st
                 counts[k] += 2
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(len(actors))]
-        cpu0, t0 = _cpu_by_process(pids), time.perf_counter()
+        cpu0, t0 = _server_cpu(conns[0]), time.perf_counter()
         for t in threads:
             t.start()
         time.sleep(seconds)
         stop.set()
         for t in threads:
             t.join()
-        wall, cpu1 = time.perf_counter() - t0, _cpu_by_process(pids)
-        # A process that ended during the run (an autovacuum worker) is left out, not
-        # counted negative.
-        cpu = sum(cpu1[pid] - cpu0[pid] for pid in cpu0.keys() & cpu1.keys())
+        wall, cpu = time.perf_counter() - t0, _cpu_since(cpu0)
     finally:
         for conn in conns:
             conn.close()
@@ -231,8 +240,8 @@ def prepare_drain(dsn: str, base_url: str, pythonpath: Path) -> None:
 
 def drain(dsn: str, ns: str, actors: list[str], events: int = EVENTS) -> dict[str, Any]:
     """(s) on one server or coordinator: ``events`` adds in ``ns``, then process_events until
-    it finds none; events/s and the CPU per event of the server's processes (as :func:`throughput`
-    counts them)."""
+    it finds none; events/s and the CPU per event of the server's processes
+    (:func:`_server_cpu`)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         for i in range(events):
             turn = json.dumps([{"role": "user", "content": f"I drink tea, cup number {i}."}])
@@ -240,16 +249,14 @@ def drain(dsn: str, ns: str, actors: list[str], events: int = EVENTS) -> dict[st
                 "SELECT aidb_memory.add(%s, %s, %s::jsonb, 'drain')",
                 (ns, actors[i % len(actors)], turn),
             )
-        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity").fetchall()]
         processed = 0
-        cpu0, t0 = _cpu_by_process(pids), time.perf_counter()
+        cpu0, t0 = _server_cpu(conn), time.perf_counter()
         while True:
             row = conn.execute("CALL aidb_memory.process_events(max_events => 100)").fetchone()
             if not row or not row[0]:
                 break
             processed += row[0]
-        wall, cpu1 = time.perf_counter() - t0, _cpu_by_process(pids)
-        cpu = sum(cpu1[pid] - cpu0[pid] for pid in cpu0.keys() & cpu1.keys())
+        wall, cpu = time.perf_counter() - t0, _cpu_since(cpu0)
     return {
         "events": processed,
         "events_per_s": round(processed / wall, 1),

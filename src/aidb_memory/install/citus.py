@@ -551,10 +551,14 @@ SHARD_ROUTED = "aidb_memory.shard_routed = on"
 # The functions whose code reads citus.select_opens_transaction_block (to keep it on for a
 # REPEATABLE READ caller: sql/30_sessions.sql) run with it off.
 OWN_SNAPSHOTS = "citus.select_opens_transaction_block = off"
-# Each setting, and the text in a function's code that asks for it.
+# Each setting: the text in a function's code that asks for it, and what install --citus says
+# of a function it sets it on.
 _SETTINGS_ASKED = {
-    SHARD_ROUTED: "aidb_memory.shard_routed",
-    OWN_SNAPSHOTS: "citus.select_opens_transaction_block",
+    SHARD_ROUTED: ("aidb_memory.shard_routed", "writes by statements on one shard"),
+    OWN_SNAPSHOTS: (
+        "citus.select_opens_transaction_block",
+        "reads without a transaction block on the worker",
+    ),
 }
 _ASKING_FUNCTIONS = """
 SELECT p.oid::pg_catalog.regprocedure::text
@@ -576,7 +580,7 @@ def generic_plans(conn: Connection) -> list[str]:
     jit = conn.execute(_JIT_FUNCTIONS.encode(), {"schema": SCHEMA}).fetchall()
     asked = [
         f"ALTER FUNCTION {r[0]} SET {setting}"
-        for setting, asks in _SETTINGS_ASKED.items()
+        for setting, (asks, _) in _SETTINGS_ASKED.items()
         for r in conn.execute(
             _ASKING_FUNCTIONS.encode(),
             {"schema": SCHEMA, "asks": asks, "setting": setting.replace(" = ", "=")},
@@ -706,28 +710,19 @@ def distribute(conn: Connection, *, say: Callable[[str], None], dry_run: bool = 
 def _custom_plans(conn: Connection, statements: list[str], say: Callable[[str], None]) -> None:
     """Run :func:`generic_plans`' statements (the install, run again, pins them again)."""
     without_jit = 0
-    routed = []
+    asked = []
     for line in statements:
         conn.execute(line.encode())
-        if line.endswith(f" SET {NO_JIT}"):
+        function, setting = line.removeprefix("ALTER FUNCTION ").split(" SET ", 1)
+        if setting == NO_JIT:
             without_jit += 1
-            continue
-        if line.endswith(f" SET {SHARD_ROUTED}"):
-            function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {SHARD_ROUTED}")
-            routed.append(f"citus: {function} writes by statements on one shard ({SHARD_ROUTED})")
-            continue
-        if line.endswith(f" SET {OWN_SNAPSHOTS}"):
-            function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {OWN_SNAPSHOTS}")
-            routed.append(
-                f"citus: {function} reads without a transaction block on the worker "
-                f"({OWN_SNAPSHOTS})"
-            )
-            continue
-        function = line.removeprefix("ALTER FUNCTION ").removesuffix(f" SET {CUSTOM_PLANS}")
-        say(f"citus: {function} plans each call ({CUSTOM_PLANS})")
+        elif setting in _SETTINGS_ASKED:
+            asked.append(f"citus: {function} {_SETTINGS_ASKED[setting][1]} ({setting})")
+        else:
+            say(f"citus: {function} plans each call ({setting})")
     if without_jit:
         say(f"citus: {without_jit} functions run without JIT ({NO_JIT})")
-    for line in routed:
+    for line in asked:
         say(line)
 
 
